@@ -1,0 +1,35 @@
+"""specjax: pure-functional JAX speculative decoding."""
+from setuptools import find_packages, setup
+
+setup(
+    name="specjax",
+    version="0.1.0",
+    description="Pure-functional JAX/Flax research codebase for speculative decoding.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["specjax", "specjax.*"]),
+    package_data={"specjax": ["data/*.jsonl", "data/*.json", "assets/*", "assets/**/*"]},
+    include_package_data=True,
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2",
+        "orbax-checkpoint>=0.11",
+        "transformers>=4.45",
+        "ml-collections>=0.1.1",
+        "absl-py>=2.0",
+        "gguf>=0.10",
+        "safetensors>=0.4",
+        "tokenizers>=0.20",
+        "huggingface_hub>=0.25",
+        "numpy>=1.26",
+        "matplotlib>=3.8",
+        "tqdm>=4.66",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        # torch is for reference parity in tests and peer benchmarks only; the library never imports it.
+        "test": ["pytest>=8", "torch==2.13.0"],
+    },
+)

@@ -1,0 +1,135 @@
+"""Pure-functional decoder forward pass for the GPT-2 and Llama families.
+
+Axes: B batch, T new tokens, S cache slots, D model width, H query heads,
+K key/value heads, G = H // K heads per group, E head dim, F MLP width, V vocab.
+
+One call serves prefill (T = prompt bucket), decode (T = 1) and verify (T = k + 1):
+
+    logits, cache = forward(params, cfg, tokens, cache)
+
+With `cache=None` it is a cache-free causal forward over the whole sequence
+(training). Params are a plain pytree (see `specjax.models.params`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from specjax.models.cache import KVCache, write_rows
+from specjax.models.config import ModelConfig
+
+
+def _dense(p: dict, x: jax.Array) -> jax.Array:
+  y = x @ p["kernel"]
+  return y + p["bias"] if "bias" in p else y
+
+
+def norm(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+  """LayerNorm (GPT-2) or RMSNorm (Llama), computed in float32."""
+  xf = x.astype(jnp.float32)
+  if cfg.is_gpt2:
+    xf = xf - xf.mean(-1, keepdims=True)
+    y = xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + cfg.norm_eps)
+    return (y * p["scale"] + p["bias"]).astype(x.dtype)
+  y = xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + cfg.norm_eps)
+  return (y * p["scale"]).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotary embedding, Hugging Face `rotate_half` convention. x: [B, T, N, E]."""
+  e = x.shape[-1]
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, e, 2, dtype=jnp.float32) / e))  # [E/2]
+  angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, E/2]
+  angles = jnp.concatenate([angles, angles], -1)[:, :, None, :]  # [B, T, 1, E]
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  rotated = jnp.concatenate([-x2, x1], -1)
+  return (x * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+
+
+def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
+  """Causal self-attention; returns the output and the layer's updated (k, v)."""
+  b, t, _ = x.shape
+  h, kh, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+  q = _dense(p["q"], x).reshape(b, t, h, e)
+  k = _dense(p["k"], x).reshape(b, t, kh, e)
+  v = _dense(p["v"], x).reshape(b, t, kh, e)
+  if not cfg.is_gpt2:
+    q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+  if layer_kv is None:  # cache-free: attend within the sequence
+    keys, values, key_pos = k, v, jnp.arange(t)
+  else:
+    keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
+    values = write_rows(layer_kv[1], v, lengths)
+    layer_kv = (keys, values)
+    key_pos = jnp.arange(keys.shape[1])
+  mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, S]
+  qg = q.reshape(b, t, kh, h // kh, e)
+  scores = jnp.einsum("btkge,bske->bkgts", qg, keys.astype(q.dtype)).astype(jnp.float32)
+  scores = scores / jnp.sqrt(jnp.float32(e))
+  scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
+  out = jnp.einsum("bkgts,bske->btkge", weights, values.astype(x.dtype)).reshape(b, t, h * e)
+  return _dense(p["o"], out), layer_kv
+
+
+def _mlp(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+  if cfg.is_gpt2:
+    return _dense(p["proj"], jax.nn.gelu(_dense(p["fc"], x), approximate=True))
+  return _dense(p["down"], jax.nn.silu(_dense(p["gate"], x)) * _dense(p["up"], x))
+
+
+def embed(params: dict, cfg: ModelConfig, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+  """Token (plus learned position, GPT-2) embeddings. tokens, positions: [B, T]."""
+  x = params["embed"][tokens]  # [B, T, D]
+  if cfg.is_gpt2:
+    x = x + params["pos_embed"][jnp.minimum(positions, cfg.max_positions - 1)]
+  return x
+
+
+def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
+                   cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
+  """Runs the first `n_layers` blocks (all by default); no final norm.
+
+  Returns (hidden [B, T, D], cache) where the cache has advanced by T per row and
+  holds updated entries for the layers that ran (the rest are returned untouched).
+  """
+  n = cfg.n_layers if n_layers is None else n_layers
+  b, t = tokens.shape
+  if cache is None:
+    positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    lengths = None
+  else:
+    lengths = cache.lengths
+    positions = lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
+  x = embed(params, cfg, tokens, positions)
+  new_k, new_v = [], []
+  for i in range(n):
+    p = params["layers"][i]
+    layer_kv = None if cache is None else (cache.k[i], cache.v[i])
+    attn, layer_kv = _attention(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions,
+                                layer_kv, lengths)
+    x = x + attn
+    x = x + _mlp(p["mlp"], cfg, norm(p["mlp_norm"], cfg, x))
+    if cache is not None:
+      new_k.append(layer_kv[0])
+      new_v.append(layer_kv[1])
+  if cache is not None:
+    cache = cache.replace(k=tuple(new_k) + cache.k[n:], v=tuple(new_v) + cache.v[n:],
+                          lengths=cache.lengths + t)
+  return x, cache
+
+
+def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
+  """Final norm and output projection: [B, T, D] -> float32 logits [B, T, V]."""
+  x = norm(params["final_norm"], cfg, hidden)
+  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+  return (x @ kernel).astype(jnp.float32)
+
+
+def forward(params: dict, cfg: ModelConfig, tokens: jax.Array,
+            cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
+  """tokens [B, T] (+ cache) -> (logits [B, T, V] float32, cache advanced by T)."""
+  hidden, cache = forward_hidden(params, cfg, tokens, cache, n_layers)
+  return head(params, cfg, hidden), cache

@@ -1,0 +1,58 @@
+"""The one warp function from logits to next-token probabilities.
+
+Target and draft both go through `warp`, in one fixed order: temperature, then
+top-k, then top-p. Temperature 0 means greedy: a one-hot on the argmax, so the
+speculative acceptance rule min(1, p/q) reduces to exact-match verification.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """Static (hashable) sampling settings. top_k=0 and top_p=1.0 disable those filters."""
+  temperature: float = 0.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self):
+    if not self.temperature >= 0.0:
+      raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}.")
+    if not (isinstance(self.top_k, int) and self.top_k >= 0):
+      raise ValueError(f"top_k must be a non-negative integer (0 disables it), got {self.top_k!r}.")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {self.top_p}.")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0.0
+
+
+def warp(logits: jax.Array, sampling: SamplingParams) -> jax.Array:
+  """logits [..., V] -> float32 probabilities [..., V] after temperature, top-k, top-p."""
+  logits = logits.astype(jnp.float32)
+  if sampling.greedy:
+    return jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1], dtype=jnp.float32)
+  logits = logits / sampling.temperature
+  neg_inf = jnp.float32(-jnp.inf)
+  if 0 < sampling.top_k < logits.shape[-1]:
+    kth = jax.lax.top_k(logits, sampling.top_k)[0][..., -1:]  # [..., 1]
+    logits = jnp.where(logits < kth, neg_inf, logits)
+  if sampling.top_p < 1.0:
+    # Keep the smallest set of most likely tokens whose mass reaches top_p.
+    sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
+    sorted_probs = jax.nn.softmax(sorted_logits, axis=-1)
+    mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    n_keep = jnp.sum(mass_before < sampling.top_p, axis=-1, keepdims=True)  # >= 1
+    threshold = jnp.take_along_axis(sorted_logits, n_keep - 1, axis=-1)
+    logits = jnp.where(logits < threshold, neg_inf, logits)
+  return jax.nn.softmax(logits, axis=-1)
+
+
+def sample(key: jax.Array, probs: jax.Array) -> jax.Array:
+  """Draws one token per row from probabilities [..., V] -> int32 [...]."""
+  return jax.random.categorical(key, jnp.log(probs), axis=-1).astype(jnp.int32)
