@@ -124,8 +124,15 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
   """Final norm and output projection: [B, T, D] -> float32 logits [B, T, V]."""
   x = norm(params["final_norm"], cfg, hidden)
-  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
-  return (x @ kernel).astype(jnp.float32)
+  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]  # [D, V]
+  if "head_vocab" not in params:
+    return (x @ kernel).astype(jnp.float32)
+  # Reduced output vocabulary (FR-Spec style drafts): score only the listed ids;
+  # every other id gets probability zero, so verification stays exact.
+  ids = params["head_vocab"]  # [V'] int32
+  sub = (x @ jnp.take(kernel, ids, axis=1)).astype(jnp.float32)  # [B, T, V']
+  full = jnp.full(sub.shape[:-1] + (cfg.vocab_size,), jnp.finfo(jnp.float32).min, jnp.float32)
+  return full.at[..., ids].set(sub)
 
 
 def forward(params: dict, cfg: ModelConfig, tokens: jax.Array,
