@@ -1,0 +1,17 @@
+"""specjax: pure-functional JAX speculative decoding.
+
+    model = specjax.load_model("smollm2-135m")
+    out = specjax.generate(model, "Rewrite: ...", 64, draft="ngram:3", k=4)
+"""
+from specjax.decoding import generate
+from specjax.models import ModelConfig
+from specjax.sampling import SamplingParams, warp
+
+__all__ = ["generate", "load_model", "Model", "ModelConfig", "SamplingParams", "warp"]
+
+
+def __getattr__(name):  # loaders pull in transformers/gguf: import them on first use
+  if name in ("load_model", "Model"):
+    from specjax import loading
+    return getattr(loading, name)
+  raise AttributeError(f"module 'specjax' has no attribute {name!r}")

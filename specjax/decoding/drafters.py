@@ -1,0 +1,175 @@
+"""Drafters: one jit-compatible interface, three kinds.
+
+A drafter is a pytree (its weights are leaves, its hyper-parameters static) with
+
+  init(target_params, prompt [B, P], prompt_lens [B], max_len) -> state
+  propose(state, ctx, key) -> (drafts [B, k], q [B, k, V], state, target_cache)
+  commit(state, n_tokens [B]) -> state          # told how many tokens are now final
+  passes_per_round(k) -> how many forward passes of its own one proposal costs
+
+`ctx` is a `DraftContext` with the target's params and cache and the token buffer.
+Invariant between rounds: row b holds n_tokens[b] final tokens and the target cache
+holds all but the last of them.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specjax import sampling as sampling_lib
+from specjax.models import KVCache, ModelConfig, forward
+
+
+@flax.struct.dataclass
+class DraftContext:
+  """What a drafter may read each round."""
+  target_params: Any
+  target_cache: KVCache
+  tokens: jax.Array  # [B, S] token buffer
+  n_tokens: jax.Array  # [B] final tokens per row
+  target_cfg: ModelConfig = flax.struct.field(pytree_node=False)
+  k: int = flax.struct.field(pytree_node=False)
+  sampling: sampling_lib.SamplingParams = flax.struct.field(pytree_node=False)
+
+
+def _rows_slice(tokens: jax.Array, starts: jax.Array, size: int) -> jax.Array:
+  """tokens[b, starts[b] : starts[b] + size] for every row -> [B, size]."""
+  return jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, size))(tokens, starts)
+
+
+def draft_autoregressive(params, cfg: ModelConfig, cache: KVCache, first: jax.Array,
+                         first_idx: jax.Array, n_tokens: jax.Array, ctx: DraftContext,
+                         key: jax.Array, n_layers: Optional[int] = None):
+  """k draft steps of a causal LM; the first step feeds `first` [B, T0] tokens.
+
+  first_idx [B] picks which of the T0 first-step positions predicts the next token
+  (a draft cache can lag the target by one token after a fully accepted round).
+  Returns drafts [B, k], q [B, k, V] and the cache holding n_tokens + k - 1 entries.
+  """
+  keys = jax.random.split(key, ctx.k)
+  logits, cache = forward(params, cfg, first, cache, n_layers)  # [B, T0, V]
+  logits = jnp.take_along_axis(logits, first_idx[:, None, None], axis=1)[:, 0]  # [B, V]
+  cache = cache.with_lengths(n_tokens)
+  q0 = sampling_lib.warp(logits, ctx.sampling)
+  x0 = sampling_lib.sample(keys[0], q0)
+
+  def step(carry, step_key):
+    cache, x = carry
+    logits, cache = forward(params, cfg, x[:, None], cache, n_layers)
+    q = sampling_lib.warp(logits[:, 0], ctx.sampling)
+    nxt = sampling_lib.sample(step_key, q)
+    return (cache, nxt), (nxt, q)
+
+  (cache, _), (xs, qs) = jax.lax.scan(step, (cache, x0), keys[1:])
+  drafts = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, k]
+  q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, k, V]
+  return drafts, q, cache
+
+
+@flax.struct.dataclass
+class ModelDrafter:
+  """A separate small causal LM with the target's vocabulary; state is its own cache."""
+  params: Any
+  cfg: ModelConfig = flax.struct.field(pytree_node=False)
+  name: str = flax.struct.field(pytree_node=False, default="draft")
+
+  def init(self, target_params, prompt, prompt_lens, max_len):
+    del target_params
+    cache = KVCache.init(self.cfg, prompt.shape[0], max_len, self.params["embed"].dtype)
+    _, cache = forward(self.params, self.cfg, prompt, cache)
+    return cache.with_lengths(prompt_lens)
+
+  def propose(self, state: KVCache, ctx: DraftContext, key):
+    # The draft cache lags by one or two tokens; refeed two from its length on.
+    start = state.lengths
+    first = _rows_slice(ctx.tokens, start, 2)  # [B, 2]
+    first_idx = ctx.n_tokens - 1 - start  # 0 or 1
+    drafts, q, state = draft_autoregressive(self.params, self.cfg, state, first, first_idx,
+                                            ctx.n_tokens, ctx, key)
+    return drafts, q, state, ctx.target_cache
+
+  def commit(self, state: KVCache, n_tokens):
+    return state.with_lengths(jnp.minimum(state.lengths, n_tokens - 1))
+
+  def passes_per_round(self, k: int) -> int:
+    return k
+
+
+@flax.struct.dataclass
+class EarlyExitDrafter:
+  """The target's first `n_layers` blocks with its final norm and head.
+
+  Shares the target's weights and the first n_layers of its cache: drafting writes
+  those layers' entries, and the verify pass then rewrites them with the same values.
+  """
+  n_layers: int = flax.struct.field(pytree_node=False)
+
+  def init(self, target_params, prompt, prompt_lens, max_len):
+    return ()
+
+  def propose(self, state, ctx: DraftContext, key):
+    cfg = ctx.target_cfg
+    lengths = ctx.target_cache.lengths
+    view = ctx.target_cache.first_layers(self.n_layers)
+    first = _rows_slice(ctx.tokens, ctx.n_tokens - 1, 1)  # [B, 1]: the last final token
+    drafts, q, view = draft_autoregressive(ctx.target_params, cfg, view, first,
+                                           jnp.zeros_like(lengths), ctx.n_tokens, ctx, key,
+                                           n_layers=self.n_layers)
+    cache = ctx.target_cache.merge_first_layers(view).with_lengths(lengths)
+    return drafts, q, state, cache
+
+  def commit(self, state, n_tokens):
+    return state
+
+  def passes_per_round(self, k: int) -> int:
+    return k
+
+
+@flax.struct.dataclass
+class NgramDrafter:
+  """Prompt lookup: continue the latest earlier match of the last n tokens (n down to 1).
+
+  No model and no state; q is one-hot. Where the match runs into the end of the
+  text, the continuation repeats with the match's period.
+  """
+  n: int = flax.struct.field(pytree_node=False, default=3)
+
+  def init(self, target_params, prompt, prompt_lens, max_len):
+    return ()
+
+  def propose(self, state, ctx: DraftContext, key):
+    del key
+    drafts = jax.vmap(lambda row, n: _ngram_row(row, n, self.n, ctx.k))(ctx.tokens, ctx.n_tokens)
+    q = jax.nn.one_hot(drafts, ctx.target_params["embed"].shape[0], dtype=jnp.float32)
+    return drafts, q, state, ctx.target_cache
+
+  def commit(self, state, n_tokens):
+    return state
+
+  def passes_per_round(self, k: int) -> int:
+    return 0
+
+
+def _ngram_row(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int) -> jax.Array:
+  """row [S], n_tokens scalar -> k proposed tokens."""
+  s = row.shape[0]
+  starts = jnp.arange(s)  # candidate match starts j
+  best_j = jnp.int32(-1)
+  best_size = jnp.int32(0)
+  for size in range(max_n, 0, -1):
+    tail = jax.lax.dynamic_slice_in_dim(row, jnp.maximum(n_tokens - size, 0), size)  # [size]
+    windows = jnp.stack([jnp.roll(row, -t) for t in range(size)], axis=1)  # [S, size]
+    ok = jnp.all(windows == tail[None, :], axis=1) & (starts + size < n_tokens) \
+        & (n_tokens >= size)
+    j = jnp.max(jnp.where(ok, starts, -1))
+    take = (best_j < 0) & (j >= 0)
+    best_j = jnp.where(take, j, best_j)
+    best_size = jnp.where(take, size, best_size)
+  cont = best_j + best_size  # first continuation index
+  period = jnp.maximum(n_tokens - cont, 1)
+  src = cont + jnp.arange(k) % period
+  fallback = jnp.full((k,), row[jnp.maximum(n_tokens - 1, 0)])
+  return jnp.where(best_j >= 0, row[jnp.clip(src, 0, s - 1)], fallback).astype(jnp.int32)

@@ -1,0 +1,168 @@
+"""`generate`: the one entry point for autoregressive and speculative decoding.
+
+Checks the inputs on the host, pads prompts into a length bucket, runs the jitted
+loop (compiled once per shape bucket and setting) and unpacks tokens, texts, stats.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding import drafters as drafters_lib
+from specjax.decoding.loop import NoDrafter, run
+from specjax.decoding.stats import SpecStats
+from specjax.sampling import SamplingParams
+
+
+@dataclasses.dataclass
+class GenerationResult:
+  """tokens[b]: the new token ids of row b (EOS included when hit); texts: decoded."""
+  tokens: list
+  texts: Optional[list]
+  stats: SpecStats
+  prompt_tokens: list
+
+
+def _round_up(x: int, m: int) -> int:
+  return -(-x // m) * m
+
+
+def prompt_bucket(n: int) -> int:
+  """Prompt lengths are padded to powers of two (at least 16) to bound recompiles."""
+  return max(16, 1 << (max(n, 1) - 1).bit_length())
+
+
+def resolve_drafter(draft: Any, target) -> Any:
+  """None | "ngram[:n]" | "early_exit:n" | a model source | a loaded model | a drafter."""
+  if draft is None:
+    return NoDrafter()
+  if hasattr(draft, "propose"):
+    return draft
+  if isinstance(draft, str):
+    kind, _, arg = draft.partition(":")
+    if kind == "ngram":
+      n = int(arg) if arg else 3
+      if n < 1:
+        raise ValueError(f"Drafter {draft!r}: the n-gram size must be >= 1.")
+      return drafters_lib.NgramDrafter(n=n)
+    if kind == "early_exit":
+      if not arg.isdigit() or not 1 <= int(arg) < target.cfg.n_layers:
+        raise ValueError(f"Drafter {draft!r}: give the number of target layers to keep, "
+                         f"between 1 and {target.cfg.n_layers - 1}, e.g. 'early_exit:8'.")
+      return drafters_lib.EarlyExitDrafter(n_layers=int(arg))
+    from specjax.loading import load_model  # a model source
+    draft = load_model(draft)
+  if not (hasattr(draft, "cfg") and hasattr(draft, "params")):
+    raise TypeError(f"Cannot use {type(draft).__name__} as a draft: pass a loaded model, a model "
+                    "source, 'ngram:N' or 'early_exit:N'.")
+  if draft.cfg.vocab_size != target.cfg.vocab_size:
+    raise ValueError(
+        f"Vocabulary mismatch: the draft {getattr(draft, 'name', '')!r} has "
+        f"{draft.cfg.vocab_size} tokens but the target {getattr(target, 'name', '')!r} has "
+        f"{target.cfg.vocab_size}. Speculative decoding needs a draft that shares the target's "
+        "tokenizer; pick a draft from the same model family, or use 'ngram:3'.")
+  return drafters_lib.ModelDrafter(params=draft.params, cfg=draft.cfg,
+                                   name=getattr(draft, "name", "draft"))
+
+
+def _encode_prompts(target, prompts, chat: bool) -> list:
+  if isinstance(prompts, str) or (prompts and isinstance(prompts[0], (int, np.integer))):
+    prompts = [prompts]
+  if not prompts:
+    raise ValueError("No prompts given.")
+  out = []
+  for p in prompts:
+    if isinstance(p, str):
+      if getattr(target, "tokenizer", None) is None:
+        raise ValueError("Text prompts need a model with a tokenizer; pass token ids instead.")
+      p = target.encode(p, chat=chat)
+    ids = [int(t) for t in p]
+    if not ids:
+      raise ValueError("Empty prompt: every prompt needs at least one token.")
+    if min(ids) < 0 or max(ids) >= target.cfg.vocab_size:
+      raise ValueError(f"Prompt token ids must lie in [0, {target.cfg.vocab_size}).")
+    out.append(ids)
+  return out
+
+
+_COMPILED: dict = {}
+
+
+def _compiled_run(args: tuple, statics: dict):
+  """AOT-compiles `run` once per (shapes, settings) so that run time excludes compile time."""
+  leaves, treedef = jax.tree.flatten(args)
+  sig = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), tuple(sorted(statics.items())))
+  if sig not in _COMPILED:
+    start = time.perf_counter()
+    _COMPILED[sig] = (run.lower(*args, **statics).compile(), time.perf_counter() - start)
+    return _COMPILED[sig][0], _COMPILED[sig][1]
+  return _COMPILED[sig][0], 0.0
+
+
+def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: Any = None,
+             k: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             seed: int = 0, chat: bool = False, max_cache_len: Optional[int] = None,
+             eos_ids: Optional[Sequence[int]] = None) -> GenerationResult:
+  """Decodes `prompts` with `target`, alone (draft=None) or speculatively with `draft`.
+
+  Greedy (temperature 0) output is token-identical to the target alone; sampled
+  output follows the target's warped distribution exactly.
+  target: a loaded model or a source for `load_model`. prompts: a string, token ids,
+  or a list of either (rows may differ in length). chat: apply the chat template.
+  """
+  if isinstance(target, str):
+    from specjax.loading import load_model
+    target = load_model(target)
+  sampling = SamplingParams(temperature=float(temperature), top_k=top_k, top_p=float(top_p))
+  if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+  if draft is not None and (not isinstance(k, (int, np.integer)) or k < 1):
+    raise ValueError(f"k (tokens drafted per round) must be an integer >= 1, got {k!r}.")
+  drafter = resolve_drafter(draft, target)
+  k = 0 if draft is None else int(k)
+  prompt_ids = _encode_prompts(target, prompts, chat)
+
+  longest = max(len(p) for p in prompt_ids)
+  needed = longest + max_new_tokens + k + 1
+  limit = target.cfg.max_positions
+  if max_cache_len is not None:
+    limit = min(limit, max_cache_len)
+  if needed > limit:
+    raise ValueError(
+        f"The prompt does not fit the cache: the longest prompt has {longest} tokens and "
+        f"max_new_tokens={max_new_tokens} (+ k + 1 = {k + 1} slots for verification) needs "
+        f"{needed} positions, but the limit is {limit} (model context "
+        f"{target.cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
+  bucket = prompt_bucket(longest)
+  max_len = _round_up(max(bucket, longest + max_new_tokens + k + 2), 128)
+
+  prompt = np.zeros((len(prompt_ids), bucket), np.int32)
+  for b, ids in enumerate(prompt_ids):
+    prompt[b, :len(ids)] = ids
+  lens = np.array([len(p) for p in prompt_ids], np.int32)
+  eos = tuple(sorted(int(e) for e in (target.eos_ids if eos_ids is None else eos_ids)))
+
+  args = (target.params, drafter, jnp.asarray(prompt), jnp.asarray(lens),
+          jnp.asarray(max_new_tokens, jnp.int32), jax.random.PRNGKey(seed))
+  statics = dict(target_cfg=target.cfg, sampling=sampling, k=k, eos_ids=eos, max_len=max_len)
+  compiled, compile_s = _compiled_run(args, statics)
+  start = time.perf_counter()
+  state = jax.block_until_ready(compiled(*args))
+  wall = time.perf_counter() - start
+
+  n_tokens = np.asarray(state.n_tokens)
+  tokens = np.asarray(state.tokens)
+  new = [tokens[b, lens[b]:n_tokens[b]].tolist() for b in range(len(prompt_ids))]
+  stats = SpecStats(k=k, new_tokens=n_tokens - lens, target_passes=np.asarray(state.target_passes),
+                    draft_passes=np.asarray(state.draft_passes), rounds=np.asarray(state.rounds),
+                    checked=np.asarray(state.checked), accepted=np.asarray(state.accepted),
+                    wall_time_s=wall, compile_time_s=compile_s)
+  texts = None
+  if getattr(target, "tokenizer", None) is not None:
+    texts = [target.decode(t) for t in new]
+  return GenerationResult(tokens=new, texts=texts, stats=stats, prompt_tokens=prompt_ids)

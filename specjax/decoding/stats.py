@@ -1,0 +1,86 @@
+"""Run statistics of a (speculative) generation, per row and per run.
+
+alpha (acceptance rate) = accepted / checked draft positions, where a position is
+checked when every draft before it was accepted; for i.i.d. acceptance with rate
+alpha a round then yields (1 - alpha^(k+1)) / (1 - alpha) tokens on average.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+
+def expected_tokens_per_pass(alpha: float, k: int) -> float:
+  """Closed form (1 - alpha^(k+1)) / (1 - alpha): mean tokens per target pass."""
+  if alpha >= 1.0:
+    return float(k + 1)
+  return float((1.0 - alpha ** (k + 1)) / (1.0 - alpha))
+
+
+@dataclasses.dataclass
+class SpecStats:
+  """Counters of one run; all per-row arrays are numpy [B] or [B, k]."""
+  k: int
+  new_tokens: np.ndarray  # [B] tokens generated per row
+  target_passes: np.ndarray  # [B] target forward passes, prefill included
+  draft_passes: np.ndarray  # [B] drafter forward passes
+  rounds: np.ndarray  # [B] verify passes (target passes after prefill)
+  checked: np.ndarray  # [B, k] draft position i reached by verification
+  accepted: np.ndarray  # [B, k] draft position i accepted
+  wall_time_s: float = 0.0  # device run time, compile excluded
+  compile_time_s: float = 0.0
+
+  @property
+  def acceptance_rate(self) -> float:
+    checked = self.checked.sum()
+    return float(self.accepted.sum() / checked) if checked else float("nan")
+
+  @property
+  def per_position_acceptance(self) -> list:
+    """P(position i accepted | reached), over the run."""
+    c, a = self.checked.sum(0), self.accepted.sum(0)
+    return [float(x / y) if y else float("nan") for x, y in zip(a, c)]
+
+  @property
+  def tokens_per_pass(self) -> float:
+    """Mean tokens gained per verify pass (accepted drafts + the target's own token)."""
+    rounds = self.rounds.sum()
+    return float((self.accepted.sum() + rounds) / rounds) if rounds else float("nan")
+
+  @property
+  def closed_form_tokens_per_pass(self) -> Optional[float]:
+    a = self.acceptance_rate
+    return None if np.isnan(a) else expected_tokens_per_pass(a, self.k)
+
+  @property
+  def tokens_per_s(self) -> float:
+    return float(self.new_tokens.sum() / self.wall_time_s) if self.wall_time_s else float("nan")
+
+  def row(self, b: int) -> dict:
+    checked, accepted = int(self.checked[b].sum()), int(self.accepted[b].sum())
+    return {"new_tokens": int(self.new_tokens[b]), "target_passes": int(self.target_passes[b]),
+            "draft_passes": int(self.draft_passes[b]), "rounds": int(self.rounds[b]),
+            "acceptance_rate": accepted / checked if checked else None,
+            "tokens_per_pass": (accepted + int(self.rounds[b])) / int(self.rounds[b])
+                               if self.rounds[b] else None}
+
+  def to_dict(self, per_row: bool = False) -> dict:
+    d = {"k": self.k, "new_tokens": int(self.new_tokens.sum()),
+         "target_passes": int(self.target_passes.sum()),
+         "draft_passes": int(self.draft_passes.sum()), "verify_passes": int(self.rounds.sum()),
+         "drafted": int(self.k * self.rounds.sum()), "checked": int(self.checked.sum()),
+         "accepted": int(self.accepted.sum()), "acceptance_rate": _nan_none(self.acceptance_rate),
+         "per_position_acceptance": [_nan_none(x) for x in self.per_position_acceptance],
+         "tokens_per_pass": _nan_none(self.tokens_per_pass),
+         "closed_form_tokens_per_pass": self.closed_form_tokens_per_pass,
+         "wall_time_s": self.wall_time_s, "compile_time_s": self.compile_time_s,
+         "tokens_per_s": _nan_none(self.tokens_per_s)}
+    if per_row:
+      d["rows"] = [self.row(b) for b in range(len(self.new_tokens))]
+    return d
+
+
+def _nan_none(x: float):
+  return None if x != x else float(x)
