@@ -1,0 +1,254 @@
+"""Hugging Face checkpoint directories: config.json + safetensors -> (ModelConfig, params).
+
+Supported architectures (the `architectures` / `model_type` of config.json):
+  GPT2LMHeadModel (gpt2, distilgpt2, gpt2-medium/large/xl), LlamaForCausalLM (Llama,
+  SmolLM2, TinyLlama; tied or untied head) and Qwen2ForCausalLM (q/k/v bias).
+
+Weights are read with `safetensors` into numpy (no torch). PyTorch `.bin` checkpoints
+are refused with a message saying how to convert them. Torch `nn.Linear` weights are
+[out, in] and are transposed to the [in, out] kernels of `specjax.models.params`;
+GPT-2's `Conv1D` weights are already [in, out].
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from specjax.errors import LoadError
+from specjax.models.config import ModelConfig
+
+# Architecture name (config.json "architectures"[0]) -> model_type it implies.
+ARCHITECTURES = {
+    "GPT2LMHeadModel": "gpt2",
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+}
+_MODEL_TYPES = set(ARCHITECTURES.values())
+
+
+def read_json(path: str, source: str) -> dict:
+  """Reads a JSON file, turning parse errors into a LoadError naming the source."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({e}).") from e
+
+
+def model_type_of(hf: dict, source: str) -> str:
+  """The supported model_type ("gpt2" | "llama" | "qwen2") of a config.json dict."""
+  archs = hf.get("architectures") or []
+  for arch in archs:
+    if arch in ARCHITECTURES:
+      return ARCHITECTURES[arch]
+  if not archs and hf.get("model_type") in _MODEL_TYPES:
+    return hf["model_type"]
+  found = archs[0] if archs else hf.get("model_type", "<none>")
+  raise LoadError(
+      f"{source}: unsupported architecture {found!r}. specjax loads "
+      f"{', '.join(ARCHITECTURES)} checkpoints (or GGUF files with a llama/qwen2/gpt2 "
+      "architecture); pick one of those models.")
+
+
+def _rope_theta(hf: dict, source: str) -> float:
+  """rope_theta from transformers 4 (`rope_theta`/`rope_scaling`) or 5 (`rope_parameters`)."""
+  params = hf.get("rope_parameters") or {}
+  scaling = hf.get("rope_scaling") or {}
+  for spec in (params, scaling):
+    kind = spec.get("rope_type", spec.get("type", "default"))
+    if kind not in ("default", None):
+      raise LoadError(
+          f"{source}: rope scaling {kind!r} is not supported (specjax implements plain RoPE "
+          "only); use a checkpoint without rope_scaling.")
+  return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def config_from_hf(hf: dict, source: str) -> ModelConfig:
+  """Maps a config.json dict onto ModelConfig, refusing features the forward lacks."""
+  mtype = model_type_of(hf, source)
+  if mtype == "gpt2":
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+      raise LoadError(f"{source}: GPT-2 activation {act!r} unsupported (need gelu_new).")
+    if hf.get("scale_attn_by_inverse_layer_idx") or not hf.get("scale_attn_weights", True):
+      raise LoadError(f"{source}: non-standard GPT-2 attention scaling is not supported.")
+    d, h = hf["n_embd"], hf["n_head"]
+    return ModelConfig(
+        family="gpt2", vocab_size=hf["vocab_size"], d_model=d, n_layers=hf["n_layer"],
+        n_heads=h, n_kv_heads=h, head_dim=d // h, d_ff=hf.get("n_inner") or 4 * d,
+        max_positions=hf.get("n_positions", 1024), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        tie_embeddings=hf.get("tie_word_embeddings", True), qkv_bias=True)
+  act = hf.get("hidden_act", "silu")
+  if act not in ("silu", "swish"):
+    raise LoadError(f"{source}: activation {act!r} unsupported (Llama/Qwen2 need silu).")
+  layer_types = hf.get("layer_types") or []
+  if hf.get("use_sliding_window") or any(t != "full_attention" for t in layer_types):
+    raise LoadError(f"{source}: sliding-window attention is not supported; "
+                    "use a checkpoint with use_sliding_window=false.")
+  d, h = hf["hidden_size"], hf["num_attention_heads"]
+  return ModelConfig(
+      family="llama", vocab_size=hf["vocab_size"], d_model=d, n_layers=hf["num_hidden_layers"],
+      n_heads=h, n_kv_heads=hf.get("num_key_value_heads") or h,
+      head_dim=hf.get("head_dim") or d // h, d_ff=hf["intermediate_size"],
+      max_positions=hf.get("max_position_embeddings", 2048),
+      norm_eps=hf.get("rms_norm_eps", 1e-6), rope_theta=_rope_theta(hf, source),
+      tie_embeddings=hf.get("tie_word_embeddings", False),
+      qkv_bias=mtype == "qwen2" or bool(hf.get("attention_bias", False)))
+
+
+# ---------------------------------------------------------------------------- weights
+
+def weight_files(directory: str, source: str) -> list[str]:
+  """The safetensors files of a checkpoint (sharded via its index, or single)."""
+  index = os.path.join(directory, "model.safetensors.index.json")
+  if os.path.isfile(index):
+    shards = sorted(set(read_json(index, source).get("weight_map", {}).values()))
+    missing = [s for s in shards if not os.path.isfile(os.path.join(directory, s))]
+    if missing or not shards:
+      raise LoadError(f"{source}: shards listed in model.safetensors.index.json are missing: "
+                      f"{missing or 'none listed'}; re-download the checkpoint.")
+    return [os.path.join(directory, s) for s in shards]
+  single = os.path.join(directory, "model.safetensors")
+  if os.path.isfile(single):
+    return [single]
+  files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+  if files:
+    return [os.path.join(directory, f) for f in files]
+  if any(f.endswith(".bin") or f.endswith(".pt") for f in os.listdir(directory)):
+    raise LoadError(
+        f"{source}: only PyTorch .bin weights found, which cannot be read without torch. "
+        "Convert once to safetensors, e.g. `AutoModelForCausalLM.from_pretrained(d)"
+        ".save_pretrained(d, safe_serialization=True)`, then load again.")
+  raise LoadError(f"{source}: no weights found (expected model.safetensors or "
+                  "model-*.safetensors next to config.json).")
+
+
+def read_safetensors(files: list[str], source: str) -> dict[str, np.ndarray]:
+  """All tensors of the given files as numpy arrays (bf16 via ml_dtypes)."""
+  from safetensors import safe_open  # local: keeps `import specjax` light
+  tensors = {}
+  for path in files:
+    try:
+      with safe_open(path, framework="numpy") as f:
+        for name in f.keys():
+          tensors[name] = f.get_tensor(name)
+    except Exception as e:  # safetensors raises its own error types and OSError
+      raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({type(e).__name__}: {e}); "
+                      "the file is corrupt or truncated - re-download or re-save it.") from e
+  return tensors
+
+
+def _strip_prefixes(tensors: dict) -> dict:
+  """Drops the `transformer.` / `model.` wrappers so names start at the block level."""
+  out = {}
+  for name, x in tensors.items():
+    for prefix in ("transformer.", "model."):
+      if name.startswith(prefix):
+        name = name[len(prefix):]
+        break
+    out[name] = x
+  return out
+
+
+class _Take:
+  """Pops named tensors, reporting a missing one as a LoadError naming the source."""
+
+  def __init__(self, tensors: dict, source: str):
+    self.tensors, self.source = tensors, source
+
+  def __call__(self, name: str, optional: bool = False) -> Optional[np.ndarray]:
+    if name in self.tensors:
+      return self.tensors[name]
+    if optional:
+      return None
+    raise LoadError(f"{self.source}: tensor {name!r} missing from the checkpoint; "
+                    "the weights do not match config.json.")
+
+
+def _dense(weight: np.ndarray, bias: Optional[np.ndarray], transpose: bool) -> dict:
+  p = {"kernel": weight.T if transpose else weight}
+  if bias is not None:
+    p["bias"] = bias
+  return p
+
+
+def _gpt2_params(take: _Take, cfg: ModelConfig) -> dict:
+  d = cfg.d_model
+  params = {"embed": take("wte.weight"), "pos_embed": take("wpe.weight")}
+  layers = []
+  for i in range(cfg.n_layers):
+    pre = f"h.{i}."
+    w, b = take(pre + "attn.c_attn.weight"), take(pre + "attn.c_attn.bias")  # [D, 3D], [3D]
+    attn = {n: {"kernel": w[:, j * d:(j + 1) * d], "bias": b[j * d:(j + 1) * d]}
+            for j, n in enumerate("qkv")}
+    attn["o"] = _dense(take(pre + "attn.c_proj.weight"), take(pre + "attn.c_proj.bias"), False)
+    layers.append({
+        "attn_norm": {"scale": take(pre + "ln_1.weight"), "bias": take(pre + "ln_1.bias")},
+        "attn": attn,
+        "mlp_norm": {"scale": take(pre + "ln_2.weight"), "bias": take(pre + "ln_2.bias")},
+        "mlp": {"fc": _dense(take(pre + "mlp.c_fc.weight"), take(pre + "mlp.c_fc.bias"), False),
+                "proj": _dense(take(pre + "mlp.c_proj.weight"), take(pre + "mlp.c_proj.bias"),
+                               False)},
+    })
+  params["layers"] = layers
+  params["final_norm"] = {"scale": take("ln_f.weight"), "bias": take("ln_f.bias")}
+  return params
+
+
+def _llama_params(take: _Take, cfg: ModelConfig) -> dict:
+  params = {"embed": take("embed_tokens.weight")}
+  layers = []
+  for i in range(cfg.n_layers):
+    pre = f"layers.{i}."
+    lin = lambda n: _dense(take(pre + n + ".weight"), take(pre + n + ".bias", optional=True), True)
+    layers.append({
+        "attn_norm": {"scale": take(pre + "input_layernorm.weight")},
+        "attn": {k: lin(f"self_attn.{k}_proj") for k in "qkvo"},
+        "mlp_norm": {"scale": take(pre + "post_attention_layernorm.weight")},
+        "mlp": {k: lin(f"mlp.{k}_proj") for k in ("gate", "up", "down")},
+    })
+  params["layers"] = layers
+  params["final_norm"] = {"scale": take("norm.weight")}
+  return params
+
+
+def params_from_hf(tensors: dict[str, np.ndarray], cfg: ModelConfig, source: str) -> dict:
+  """Builds the specjax parameter pytree (numpy leaves) from HF tensor names."""
+  tensors = _strip_prefixes(tensors)
+  take = _Take(tensors, source)
+  params = _gpt2_params(take, cfg) if cfg.is_gpt2 else _llama_params(take, cfg)
+  if not cfg.tie_embeddings:
+    params["lm_head"] = {"kernel": take("lm_head.weight").T}
+  check_shapes(params, cfg, source)
+  return params
+
+
+def check_shapes(params: dict, cfg: ModelConfig, source: str) -> None:
+  """Fails early (with the source named) when weights and config disagree."""
+  expect = {"embed": (cfg.vocab_size, cfg.d_model),
+            "q": (cfg.d_model, cfg.n_heads * cfg.head_dim),
+            "k": (cfg.d_model, cfg.n_kv_heads * cfg.head_dim),
+            "down_or_proj": (cfg.d_ff, cfg.d_model)}
+  layer = params["layers"][0]
+  got = {"embed": params["embed"].shape, "q": layer["attn"]["q"]["kernel"].shape,
+         "k": layer["attn"]["k"]["kernel"].shape,
+         "down_or_proj": layer["mlp"]["proj" if cfg.is_gpt2 else "down"]["kernel"].shape}
+  bad = {k: (got[k], v) for k, v in expect.items() if tuple(got[k]) != v}
+  if bad or len(params["layers"]) != cfg.n_layers:
+    raise LoadError(f"{source}: weight shapes do not match the config "
+                    f"(name: (found, expected)) {bad}; the checkpoint is inconsistent.")
+
+
+def load_hf_dir(directory: str, source: str) -> tuple[ModelConfig, dict, dict]:
+  """(cfg, numpy params, config.json dict) of a local Hugging Face model directory."""
+  path = os.path.join(directory, "config.json")
+  if not os.path.isfile(path):
+    raise LoadError(f"{source}: no config.json in {directory}; expected a Hugging Face model "
+                    "directory (config.json + *.safetensors) or a .gguf file.")
+  hf = read_json(path, source)
+  cfg = config_from_hf(hf, source)
+  tensors = read_safetensors(weight_files(directory, source), source)
+  return cfg, params_from_hf(tensors, cfg, source), hf

