@@ -1,0 +1,332 @@
+"""The distillation loop: on-policy pools, a jitted data-parallel train step, periodic
+evaluation with the real speculative engine, metrics and orbax checkpoints.
+
+Axes: B global batch, L sequence length, N draft support, K sparse teacher entries.
+
+    summary = train(config, workdir, target, train_prompts, heldout_prompts)
+
+Only the draft's trainable params (its layers and final norm, see
+`specjax.training.draft`) are optimised; the shared embeddings, `head_vocab` and the
+target stay frozen and out of the optimizer and the checkpoints. Rerunning the same
+call on the same workdir resumes from the newest checkpoint; with the same seed the
+resumed run's losses equal an uninterrupted run's, because the batch at step s is a
+pure function of (seed, s) and the pools are saved in the workdir.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from types import SimpleNamespace
+from typing import Any, Callable, Optional, Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from specjax.models import ModelConfig
+from specjax.training import data as data_lib
+from specjax.training import draft as draft_lib
+from specjax.training import sharding as sharding_lib
+from specjax.training.checkpoints import Checkpointer
+from specjax.training.losses import LOSSES, distill_loss
+from specjax.training.teacher import student_logits, support_ids, teacher_logp_on_support
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything that changes during training (and is checkpointed).
+
+  step: [] int32 updates applied so far. params: the draft's trainable params.
+  opt_state: optax state of `params`. rng: [2] uint32 base key; the key used at step s
+  is fold_in(rng, s) (on-policy draft sampling).
+  """
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  rng: jax.Array
+
+
+def make_optimizer(optim, total_steps: int):
+  """AdamW with linear warm-up and cosine decay, after global-norm clipping."""
+  schedule = optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=optim.lr, warmup_steps=min(optim.warmup_steps, total_steps),
+      decay_steps=max(total_steps, optim.warmup_steps + 1), end_value=optim.lr * optim.end_lr_fraction)
+  tx = optax.chain(optax.clip_by_global_norm(optim.clip_norm),
+                   optax.adamw(schedule, b1=optim.b1, b2=optim.b2,
+                               weight_decay=optim.weight_decay))
+  return tx, schedule
+
+
+def make_train_step(draft_cfg: ModelConfig, target_cfg: ModelConfig, tx, schedule,
+                    loss_name: str, beta: float):
+  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated."""
+  if loss_name not in LOSSES:
+    raise ValueError(f"Unknown loss {loss_name!r}; expected one of {LOSSES}.")
+
+  def train_step(state: TrainState, frozen, target_params, batch):
+    support = support_ids(frozen, draft_cfg)  # [N]
+    teacher = teacher_logp_on_support(batch, support, draft_cfg.vocab_size,
+                                      (target_params, target_cfg))  # [B, L, N]
+
+    def loss_fn(trainable):
+      logits = student_logits({**frozen, **trainable}, draft_cfg, batch["tokens"])  # [B, L, N]
+      student = jax.nn.log_softmax(logits, axis=-1)
+      return distill_loss(loss_name, teacher, student, batch["mask"], beta), student
+
+    (loss, student), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    mask = batch["mask"]
+    agree = (jnp.argmax(student, -1) == jnp.argmax(teacher, -1)).astype(jnp.float32)
+    metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(state.step),
+               "train_top1_agree": (agree * mask).sum() / jnp.maximum(mask.sum(), 1.0),
+               "tokens": mask.sum()}
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return jax.jit(train_step, donate_argnums=(0,))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _draft_argmax(params, tokens, *, cfg: ModelConfig):
+  return jnp.argmax(student_logits(params, cfg, tokens), -1)  # [B, L] support positions
+
+
+def heldout_agreement(params, cfg: ModelConfig, pool: dict, batch_size: int = 8) -> float:
+  """Teacher-forced top-1 agreement on held-out target-greedy continuations: the fraction of
+  positions where the draft's argmax is the target's greedy token (a cheap greedy-alpha proxy)."""
+  fn = lambda p, t: _draft_argmax(p, t, cfg=cfg)
+  support = np.asarray(support_ids(params, cfg))
+  hits = total = 0.0
+  for s in range(0, pool["tokens"].shape[0], batch_size):
+    toks, mask = pool["tokens"][s:s + batch_size], pool["mask"][s:s + batch_size]
+    pad = batch_size - toks.shape[0]
+    pred = np.asarray(fn(params, jnp.asarray(np.pad(toks, ((0, pad), (0, 0))))))[:toks.shape[0]]
+    nxt = toks[:, 1:]
+    hits += float(((support[pred[:, :-1]] == nxt) * mask[:, :-1]).sum())
+    total += float(mask[:, :-1].sum())
+  return hits / max(total, 1.0)
+
+
+def engine_eval(target, draft_cfg: ModelConfig, draft_params, prompts: Sequence, *,
+                max_new_tokens: int, k: int, temperature: float, seed: int = 0,
+                with_baseline: bool = False) -> dict:
+  """alpha and tokens per target pass of the real speculative engine with this draft."""
+  from specjax.decoding import generate  # the engine; imported late to keep training light
+  draft = SimpleNamespace(name="draft", cfg=draft_cfg, params=draft_params)
+  res = generate(target, list(prompts), max_new_tokens, draft=draft, k=k,
+                 temperature=temperature, seed=seed)
+  out = {"alpha": res.stats.acceptance_rate, "tokens_per_pass": res.stats.tokens_per_pass,
+         "spec_wall_s": res.stats.wall_time_s}
+  if with_baseline:
+    base = generate(target, list(prompts), max_new_tokens, temperature=temperature, seed=seed)
+    out["target_wall_s"] = base.stats.wall_time_s
+    out["speedup"] = base.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9)
+  return out
+
+
+class MetricsWriter:
+  """Metrics as JSON lines (workdir/metrics.jsonl) and TensorBoard events (workdir/tb)."""
+
+  def __init__(self, workdir: str, enabled: bool = True):
+    self.enabled = enabled and jax.process_index() == 0
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.tb = None
+    if self.enabled:
+      from tensorboardX import SummaryWriter
+      self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+
+  def write(self, step: int, metrics: dict) -> None:
+    if not self.enabled:
+      return
+    clean = {k: float(v) for k, v in metrics.items()}
+    with open(self.path, "a", encoding="utf-8") as f:
+      f.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
+    for k, v in clean.items():
+      self.tb.add_scalar(k, v, int(step))
+    self.tb.flush()
+
+  def close(self) -> None:
+    if self.tb is not None:
+      self.tb.close()
+
+
+def read_metrics(workdir: str) -> list:
+  """The metrics.jsonl rows of a workdir; a resumed run's replayed steps keep the last row."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  rows = {}
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      if line.strip():
+        r = json.loads(line)
+        rows[(r["step"], tuple(sorted(r)))] = r
+  return sorted(rows.values(), key=lambda r: r["step"])
+
+
+def _pool_path(workdir: str, name: str) -> str:
+  return os.path.join(workdir, "data", f"{name}.npz")
+
+
+def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=print):
+  """Target pool (cached) -> draft vocabulary -> (draft_cfg, draft_params, target_pool)."""
+  d = config.data
+  key = jax.random.PRNGKey(config.seed)
+  need_target_pool = d.source in ("target", "mix") or config.draft.head_vocab_size > 0
+  target_pool = None
+  if need_target_pool:
+    def make():
+      log(f"Sampling target continuations for {len(train_prompts)} prompts ...")
+      return data_lib.sample_pool(
+          target.params, target.cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+          key=jax.random.fold_in(key, 1), eos_ids=target.eos_ids, temperature=d.temperature,
+          batch_size=d.sample_batch_size,
+          top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0)
+    target_pool = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool"), make)
+  head_vocab = None
+  if config.draft.head_vocab_size > 0:
+    counts = data_lib.token_frequencies([target_pool], target.cfg.vocab_size)
+    head_vocab = draft_lib.frequent_vocab(counts, config.draft.head_vocab_size,
+                                          always=target.eos_ids)
+  draft_cfg, draft_params = draft_lib.build_draft(
+      target.cfg, target.params, n_layers=config.draft.n_layers, init=config.draft.init,
+      key=jax.random.fold_in(key, 2), head_vocab=head_vocab,
+      init_std=config.draft.get("init_std", 0.02))
+  return draft_cfg, draft_params, target_pool
+
+
+def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts: Sequence,
+          log: Callable = print, progress: bool = True) -> dict:
+  """Distils `target` into the configured draft in `workdir` (resuming if it holds a
+  checkpoint). Returns a summary dict (last metrics, best step, draft cfg and params)."""
+  os.makedirs(workdir, exist_ok=True)
+  d, ev = config.data, config.eval
+  if d.source not in ("target", "draft", "mix"):
+    raise ValueError(f"data.source must be 'target', 'draft' or 'mix', got {d.source!r}.")
+  if d.teacher not in ("online", "topk"):
+    raise ValueError(f"data.teacher must be 'online' or 'topk', got {d.teacher!r}.")
+  mesh = sharding_lib.make_mesh()
+  draft_cfg, draft_params, target_pool = prepare_draft(config, workdir, target, train_prompts, log)
+  trainable_keys = draft_lib.TRAINABLE_KEYS + (("embed",) if config.draft.train_embeddings else ())
+  trainable, frozen = draft_lib.split_params(draft_params, trainable_keys)
+  heldout_pool = data_lib.cached_pool(_pool_path(workdir, "heldout_pool"), lambda: data_lib.sample_pool(
+      target.params, target.cfg, heldout_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+      key=jax.random.PRNGKey(0), eos_ids=target.eos_ids, temperature=0.0,
+      batch_size=d.sample_batch_size))
+
+  tx, schedule = make_optimizer(config.optim, config.num_steps)
+  trainable = sharding_lib.replicate(trainable, mesh)
+  frozen = sharding_lib.replicate(frozen, mesh)
+  target_params = sharding_lib.replicate(target.params, mesh) if d.teacher == "online" else None
+  state = TrainState(step=jnp.zeros((), jnp.int32), params=trainable,
+                     opt_state=tx.init(trainable), rng=jax.random.PRNGKey(config.seed))
+  state = sharding_lib.replicate(state, mesh)
+  ckpt = Checkpointer(workdir, max_to_keep=config.keep_checkpoints)
+  start = 0
+  if ckpt.latest_step() is not None:
+    state = ckpt.restore(state)
+    start = int(state.step)
+    log(f"Resuming from step {start} ({os.path.join(workdir, 'checkpoints')}).")
+  train_step = make_train_step(draft_cfg, target.cfg, tx, schedule, config.loss.name,
+                               config.loss.beta)
+  writer = MetricsWriter(workdir)
+  full = lambda st: {**frozen, **st.params}
+
+  n_draft = {"target": 0, "draft": config.batch_size,
+             "mix": int(round(d.draft_fraction * config.batch_size))}[d.source]
+  draft_pool, draft_pool_step = None, None
+
+  def draft_pool_at(step: int):
+    """The draft-sampled pool in force at `step` (regenerated every refresh_every steps)."""
+    nonlocal draft_pool, draft_pool_step
+    at = (step // d.refresh_every) * d.refresh_every if d.refresh_every else 0
+    if draft_pool_step != at:
+      def make():
+        log(f"Sampling draft continuations (step {at}) ...")
+        pool = data_lib.sample_pool(
+            full(state), draft_cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+            key=jax.random.fold_in(state.rng, at), eos_ids=target.eos_ids,
+            temperature=d.temperature, batch_size=d.sample_batch_size)
+        if d.teacher == "topk":
+          pool = data_lib.add_teacher_topk(pool, target.params, target.cfg, d.teacher_top_k)
+        return pool
+      draft_pool = data_lib.cached_pool(_pool_path(workdir, f"draft_pool_{at:07d}"), make)
+      draft_pool_step = at
+    return draft_pool
+
+  def batch_at(step: int) -> dict:
+    parts = []
+    if n_draft:
+      pool = draft_pool_at(step)
+      parts.append(data_lib.take(pool, data_lib.batch_indices(
+          config.seed, step, pool["tokens"].shape[0], n_draft, stream=1)))
+    if config.batch_size - n_draft:
+      parts.append(data_lib.take(target_pool, data_lib.batch_indices(
+          config.seed, step, target_pool["tokens"].shape[0], config.batch_size - n_draft, stream=0)))
+    return sharding_lib.shard_batch(data_lib.concat_batches(parts), mesh)
+
+  def evaluate(step: int) -> dict:
+    params = full(state)
+    m = {"heldout_top1_agree": heldout_agreement(params, draft_cfg, heldout_pool)}
+    if ev.engine:
+      r = engine_eval(target, draft_cfg, params, heldout_prompts[:ev.num_prompts],
+                      max_new_tokens=ev.max_new_tokens, k=ev.k, temperature=ev.temperature,
+                      seed=config.seed)
+      m.update(alpha=r["alpha"], tokens_per_pass=r["tokens_per_pass"])
+    return m
+
+  last = {}
+  if start == 0 and ev.every:
+    last = evaluate(0)
+    writer.write(0, last)
+    log(f"step 0: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
+  bar = None
+  if progress and jax.process_index() == 0:
+    from tqdm import tqdm
+    bar = tqdm(total=config.num_steps, initial=start, desc="distill", dynamic_ncols=True)
+  for step in range(start, config.num_steps):
+    state, metrics = train_step(state, frozen, target_params, batch_at(step))
+    done = step + 1
+    if done % config.log_every == 0 or done == config.num_steps:
+      last = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      writer.write(done, last)
+      if bar is not None:
+        bar.set_postfix(loss=f"{last['loss']:.4f}")
+    if ev.every and (done % ev.every == 0 or done == config.num_steps):
+      m = evaluate(done)
+      writer.write(done, m)
+      last.update(m)
+      log(f"step {done}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items()))
+      ckpt.save_best(done, state, m.get("alpha", m["heldout_top1_agree"]))
+    if done % config.ckpt_every == 0 or done == config.num_steps:
+      ckpt.save(done, state)
+    if bar is not None:
+      bar.update(1)
+  if bar is not None:
+    bar.close()
+  writer.close()
+  summary = {"metrics": last, "latest_step": ckpt.latest_step(), "best_step": ckpt.best_step(),
+             "draft_cfg": draft_cfg, "draft_params": jax.device_get(full(state))}
+  ckpt.close()
+  return summary
+
+
+def restore_draft(config, workdir: str, target, train_prompts, best: bool = True):
+  """The trained draft (cfg, full params) of a workdir: best-alpha (or latest) checkpoint."""
+  draft_cfg, draft_params, _ = prepare_draft(config, workdir, target, train_prompts,
+                                             log=lambda *_: None)
+  trainable_keys = draft_lib.TRAINABLE_KEYS + (("embed",) if config.draft.train_embeddings else ())
+  trainable, frozen = draft_lib.split_params(draft_params, trainable_keys)
+  tx, _ = make_optimizer(config.optim, config.num_steps)
+  like = TrainState(step=jnp.zeros((), jnp.int32), params=trainable, opt_state=tx.init(trainable),
+                    rng=jax.random.PRNGKey(config.seed))
+  ckpt = Checkpointer(workdir)
+  try:
+    state = ckpt.restore(like, best=best)
+  finally:
+    ckpt.close()
+  return draft_cfg, {**frozen, **state.params}
