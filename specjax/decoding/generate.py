@@ -16,6 +16,7 @@ import numpy as np
 from specjax.decoding import drafters as drafters_lib
 from specjax.decoding.loop import NoDrafter, run
 from specjax.decoding.stats import SpecStats
+from specjax.decoding.verify import verify_row
 from specjax.sampling import SamplingParams
 
 
@@ -107,13 +108,15 @@ def _compiled_run(args: tuple, statics: dict):
 def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: Any = None,
              k: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              seed: int = 0, chat: bool = False, max_cache_len: Optional[int] = None,
-             eos_ids: Optional[Sequence[int]] = None) -> GenerationResult:
+             eos_ids: Optional[Sequence[int]] = None, verifier=None) -> GenerationResult:
   """Decodes `prompts` with `target`, alone (draft=None) or speculatively with `draft`.
 
   Greedy (temperature 0) output is token-identical to the target alone; sampled
   output follows the target's warped distribution exactly.
   target: a loaded model or a source for `load_model`. prompts: a string, token ids,
   or a list of either (rows may differ in length). chat: apply the chat template.
+  eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule
+  with the signature of `verify_row`, for studies of other rules (default: exact).
   """
   if isinstance(target, str):
     from specjax.loading import load_model
@@ -149,7 +152,8 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
 
   args = (target.params, drafter, jnp.asarray(prompt), jnp.asarray(lens),
           jnp.asarray(max_new_tokens, jnp.int32), jax.random.PRNGKey(seed))
-  statics = dict(target_cfg=target.cfg, sampling=sampling, k=k, eos_ids=eos, max_len=max_len)
+  statics = dict(target_cfg=target.cfg, sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
+                 verifier=verifier or verify_row)
   compiled, compile_s = _compiled_run(args, statics)
   start = time.perf_counter()
   state = jax.block_until_ready(compiled(*args))

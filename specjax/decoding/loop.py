@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
 from specjax.decoding.drafters import DraftContext
-from specjax.decoding.verify import verify_batch
+from specjax.decoding.verify import verify_batch, verify_row
 from specjax.models import KVCache, ModelConfig, forward
 
 
@@ -81,10 +81,11 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   return kept, done
 
 
-@functools.partial(jax.jit, static_argnames=("target_cfg", "sampling", "k", "eos_ids", "max_len"))
+@functools.partial(jax.jit, static_argnames=("target_cfg", "sampling", "k", "eos_ids", "max_len",
+                                                  "verifier"))
 def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
         key: jax.Array, *, target_cfg: ModelConfig, sampling: sampling_lib.SamplingParams, k: int,
-        eos_ids: tuple, max_len: int) -> LoopState:
+        eos_ids: tuple, max_len: int, verifier=verify_row) -> LoopState:
   """Prefill and speculative rounds until every row is done. Returns the final state."""
   b, p_len = prompt.shape
   rows = jnp.arange(b)
@@ -116,7 +117,7 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
     last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
     logits, cache = forward(target_params, target_cfg, jnp.concatenate([last, drafts], 1), cache)
     p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
-    n_acc, nxt = verify_batch(drafts, q, p, verify_key)
+    n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
     cand = jnp.where(jnp.arange(k + 1)[None] < n_acc[:, None],

@@ -32,7 +32,11 @@ def verify_row(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array):
   return n.astype(jnp.int32), next_token
 
 
-def verify_batch(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array):
-  """drafts [B, k], q [B, k, V], p [B, k+1, V] -> (n_accepted [B], next [B])."""
+def verify_batch(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array,
+                 row_fn=verify_row):
+  """drafts [B, k], q [B, k, V], p [B, k+1, V] -> (n_accepted [B], next [B]).
+
+  row_fn: the per-row rule; `verify_row` unless a study swaps in another one.
+  """
   keys = jax.random.split(key, drafts.shape[0])
-  return jax.vmap(verify_row)(drafts, q, p, keys)
+  return jax.vmap(row_fn)(drafts, q, p, keys)

@@ -1,0 +1,61 @@
+"""The shared warp function against a direct numpy reference."""
+import jax
+import numpy as np
+import pytest
+
+from specjax.sampling import SamplingParams, sample, warp
+
+
+def numpy_warp(logits, temperature, top_k, top_p):
+  logits = np.asarray(logits, np.float64)
+  if temperature == 0:
+    out = np.zeros_like(logits)
+    out[np.argmax(logits)] = 1
+    return out
+  z = logits / temperature
+  if 0 < top_k < len(z):
+    kth = np.sort(z)[::-1][top_k - 1]
+    z = np.where(z < kth, -np.inf, z)
+  if top_p < 1:
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    keep, mass = [], 0.0
+    for i in order:  # smallest prefix of the sorted tokens whose mass reaches top_p
+      keep.append(i)
+      mass += probs[i]
+      if mass >= top_p:
+        break
+    mask = np.full_like(z, -np.inf)
+    mask[keep] = 0
+    z = z + mask
+  p = np.exp(z - z.max())
+  return p / p.sum()
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0), (1.0, 0, 0.9), (0.8, 10, 0.7), (2.0, 3, 0.5),
+    (1.0, 1, 1.0), (1.0, 0, 0.05), (0.0, 0, 1.0), (0.0, 5, 0.3)])
+def test_warp_matches_numpy(temperature, top_k, top_p):
+  logits = np.random.default_rng(0).normal(size=(6, 40)) * 2
+  got = np.asarray(warp(logits, SamplingParams(temperature, top_k, top_p)))
+  want = np.stack([numpy_warp(row, temperature, top_k, top_p) for row in logits])
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  assert np.allclose(got.sum(-1), 1, atol=1e-5)
+
+
+def test_sampling_is_reproducible_and_follows_probs():
+  probs = warp(np.log(np.array([[0.1, 0.2, 0.3, 0.4]] * 20000)), SamplingParams(1.0))
+  a = np.asarray(sample(jax.random.PRNGKey(3), probs))
+  b = np.asarray(sample(jax.random.PRNGKey(3), probs))
+  np.testing.assert_array_equal(a, b)
+  freq = np.bincount(a, minlength=4) / len(a)
+  np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.015)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(temperature=-0.5), "temperature"), (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"), (dict(top_k=-1), "top_k")])
+def test_bad_sampling_params(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    SamplingParams(**kwargs)
