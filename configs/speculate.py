@@ -1,0 +1,31 @@
+"""Main job: the embedded SmolLM2-135M target with the project's best drafter.
+
+    python scripts/speculate.py
+    python scripts/speculate.py --config.draft=ngram:3 --config.k=6 --config.max_new_tokens=96
+    python scripts/speculate.py --json_out=/tmp/card.json
+"""
+import ml_collections
+
+DEFAULT_PROMPT = ("Rewrite the following paragraph in plain, simple English, keeping every fact: "
+                  "The municipal council convened on Tuesday evening to deliberate on the proposed "
+                  "expansion of the public library. After extensive discussion, the council voted "
+                  "seven to two in favour of allocating additional funds for the construction of a "
+                  "new reading room, a children's section and an expanded digital archive.")
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.target = "smollm2-135m"
+  c.draft = "smollm2-135m-draft"  # a model source, "ngram:N", "early_exit:N", or "" for none
+  c.fallback_draft = "ngram:3"  # used when `draft` cannot be loaded on this machine
+  c.k = 4
+  c.prompt = DEFAULT_PROMPT
+  c.chat = True  # apply the target's chat template
+  c.max_new_tokens = 64
+  c.temperature = 0.0
+  c.top_k = 0
+  c.top_p = 1.0
+  c.seed = 0
+  c.repeats = 3  # timed runs of each decoder; the fastest counts
+  c.check_target = True  # run the target alone: identity check and speedup
+  return c

@@ -1,0 +1,32 @@
+"""Speculative decoding card: one prompt, target vs target+draft, measured side by side.
+
+    python scripts/speculate.py [--config=configs/speculate.py] [--config.k=6] [--json_out=card.json]
+"""
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from specjax.bench import card  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "speculate.py"),
+    "Card config.", lock_config=True)
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JSON here.")
+
+
+def main(argv):
+  del argv
+  result = card.run_card(_CONFIG.value)
+  print(card.format_card(result))
+  if _JSON_OUT.value:
+    with open(_JSON_OUT.value, "w") as f:
+      json.dump(result, f, indent=2)
+    logging.info("Wrote %s", _JSON_OUT.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

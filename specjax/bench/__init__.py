@@ -1,0 +1,1 @@
+"""Measurement helpers shared by the scripts: timed runs, the speculative card."""
