@@ -21,7 +21,7 @@ def get_config():
       source="target",  # "target", "draft" or "mix" (draft_fraction of each batch from the draft)
       draft_fraction=0.5, refresh_every=0,  # draft pools are resampled every refresh_every steps
       teacher="online",  # "online" (target runs in the train step) or "topk" (stored top-K)
-      teacher_top_k=16, max_new_tokens=16, seq_len=32, temperature=1.0, sample_batch_size=16))
+      teacher_top_k=16, samples_per_prompt=1, max_new_tokens=16, seq_len=32, temperature=1.0, sample_batch_size=16))
   c.loss = ml_collections.ConfigDict(dict(name="fkl", beta=0.5))  # fkl | rkl | jsd | tvd
   c.optim = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=5, end_lr_fraction=0.1,
                                            weight_decay=0.0, clip_norm=1.0, b1=0.9, b2=0.98))

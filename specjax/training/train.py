@@ -178,6 +178,7 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
   key = jax.random.PRNGKey(config.seed)
   need_target_pool = d.source in ("target", "mix") or config.draft.head_vocab_size > 0
   target_pool = None
+  train_prompts = list(train_prompts) * d.get("samples_per_prompt", 1)
   if need_target_pool:
     def make():
       log(f"Sampling target continuations for {len(train_prompts)} prompts ...")
@@ -200,9 +201,13 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
 
 
 def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts: Sequence,
-          log: Callable = print, progress: bool = True) -> dict:
+          log: Callable = print, progress: bool = True, stop_at: Optional[int] = None) -> dict:
   """Distils `target` into the configured draft in `workdir` (resuming if it holds a
-  checkpoint). Returns a summary dict (last metrics, best step, draft cfg and params)."""
+  checkpoint). Returns a summary dict (last metrics, best step, draft cfg and params).
+
+  stop_at: end this call right after that step without a final save, as if the process
+  were killed there (tests of resumption).
+  """
   os.makedirs(workdir, exist_ok=True)
   d, ev = config.data, config.eval
   if d.source not in ("target", "draft", "mix"):
@@ -306,6 +311,8 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
       ckpt.save(done, state)
     if bar is not None:
       bar.update(1)
+    if stop_at is not None and done >= stop_at:
+      break
   if bar is not None:
     bar.close()
   writer.close()

@@ -1,0 +1,66 @@
+"""Distils a draft for speculative decoding (DistillSpec-style); logic in specjax.training.
+
+    python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2
+    python scripts/distill.py --config=configs/distill_tiny.py --workdir=/tmp/t --config.num_steps=20
+
+Rerunning the same command on the same workdir resumes from the newest checkpoint.
+The workdir receives config.json, metrics.jsonl, TensorBoard events (tb/), the
+sampled data pools (data/), checkpoints/ (latest) and best/ (highest held-out alpha),
+and summary.json at the end. Add --distributed on a multi-host TPU/GPU job to call
+jax.distributed.initialize() first.
+"""
+import json
+import os
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Distillation config file.", lock_config=True)
+flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data pools go.")
+flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def save_config(config, workdir: str) -> None:
+  """Writes config.json; a resumed run with a different config keeps both (config.N.json)."""
+  os.makedirs(workdir, exist_ok=True)
+  text = config.to_json_best_effort(indent=2, sort_keys=True)
+  path = os.path.join(workdir, "config.json")
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      if f.read() == text:
+        return
+    n = 1
+    while os.path.exists(os.path.join(workdir, f"config.{n}.json")):
+      n += 1
+    path = os.path.join(workdir, f"config.{n}.json")
+    logging.warning("The config differs from the workdir's config.json; saved as %s.", path)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  import jax
+  if FLAGS.distributed:
+    jax.distributed.initialize()
+  from specjax.training.setup import setup_target
+  from specjax.training.train import train
+  config, workdir = FLAGS.config, FLAGS.workdir
+  if jax.process_index() == 0:
+    save_config(config, workdir)
+  target, train_prompts, heldout_prompts = setup_target(config)
+  print(f"Target {target.name}, {len(train_prompts)} train / {len(heldout_prompts)} held-out "
+        f"prompts, {jax.device_count()} devices.", flush=True)
+  summary = train(config, workdir, target, train_prompts, heldout_prompts,
+                  log=lambda msg: print(msg, flush=True))
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
+      json.dump({k: summary[k] for k in ("metrics", "latest_step", "best_step")}, f, indent=2)
+    print(json.dumps({k: summary[k] for k in ("metrics", "latest_step", "best_step")}))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,27 @@
+"""Config -> (target model, train prompt ids, held-out prompt ids)."""
+from __future__ import annotations
+
+from specjax.training import data as data_lib
+from specjax.training import toy
+
+
+def setup_target(config):
+  """config.target "toy" builds the toy target and random prompts; anything else is a
+  `load_model` source whose tokenizer encodes the project's prompt set (chat template
+  applied when config.prompts.chat). num_train / num_heldout > 0 keep the first ones."""
+  p = config.prompts
+  if config.target == "toy":
+    t = toy.toy_target(seed=config.seed, **config.toy)
+    train = toy.toy_prompts(p.num_train, config.seed + 1, t.cfg.vocab_size)
+    held = toy.toy_prompts(p.num_heldout, config.seed + 2, t.cfg.vocab_size)
+    return t, train, held
+  from specjax.loading import load_model
+  target = load_model(config.target)
+  rows_train = data_lib.load_prompts("train")
+  rows_held = data_lib.load_prompts("heldout")
+  if p.num_train:
+    rows_train = rows_train[:p.num_train]
+  if p.num_heldout:
+    rows_held = rows_held[:p.num_heldout]
+  enc = lambda rows: data_lib.encode_prompts(target, rows, chat=p.chat, max_len=p.max_prompt_len)
+  return target, enc(rows_train), enc(rows_held)
