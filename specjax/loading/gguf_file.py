@@ -73,6 +73,12 @@ def _get(meta: dict, key: str, source: str, default: Any = None) -> Any:
   raise LoadError(f"{source}: GGUF metadata lacks {key!r}; the file is incomplete.")
 
 
+def _f32(x) -> float:
+  """A float32 metadata value as the shortest decimal that round-trips (1e-05, not
+  9.999999747378752e-06), so configs match the config.json they were converted from."""
+  return float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
+
+
 def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple], source: str) -> ModelConfig:
   """ModelConfig from `{arch}.*` metadata; refuses rope scaling and partial rotary."""
   arch = meta.get("general.architecture")
@@ -96,7 +102,7 @@ def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple], source: str) -
       family="gpt2" if arch == "gpt2" else "llama", vocab_size=int(vocab), d_model=d,
       n_layers=int(g("block_count")), n_heads=h, n_kv_heads=kv, head_dim=head_dim,
       d_ff=int(g("feed_forward_length")), max_positions=int(g("context_length", 2048)),
-      norm_eps=float(g(eps_key, 1e-5)), rope_theta=float(g("rope.freq_base", 10000.0)),
+      norm_eps=_f32(g(eps_key, 1e-5)), rope_theta=_f32(g("rope.freq_base", 10000.0)),
       tie_embeddings="output.weight" not in tensor_shapes,
       qkv_bias=arch in ("qwen2", "gpt2") or "blk.0.attn_q.bias" in tensor_shapes)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +20,9 @@ from specjax.errors import LoadError
 from specjax.loading import gguf_file, hf, hub, registry, tokenizer as tok_lib
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import forward
+
+if TYPE_CHECKING:  # annotation only: importing transformers here would slow `import specjax`
+  from transformers import PreTrainedTokenizerFast
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -38,8 +41,8 @@ class Model:
   """
   name: str
   cfg: ModelConfig
-  params: dict
-  tokenizer: Optional[object]  # transformers.PreTrainedTokenizerFast
+  params: dict = dataclasses.field(repr=False)
+  tokenizer: Optional["PreTrainedTokenizerFast"] = dataclasses.field(repr=False)
   eos_ids: tuple[int, ...]
   bos_id: Optional[int]
 

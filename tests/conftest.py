@@ -1,0 +1,120 @@
+"""Shared fixtures: tiny random Hugging Face checkpoints written with `save_pretrained`.
+
+Each fixture is session-scoped and returns the path of a directory holding
+config.json, generation_config.json, model.safetensors and a tiny byte-level BPE
+tokenizer (ChatML chat template, specials <|endoftext|>=0, <|im_start|>=1, <|im_end|>=2).
+Weights are re-drawn larger than transformers' init (std 0.1, norm scales around 1,
+non-zero biases) so a mis-mapped tensor shows up in logit parity.
+
+torch and transformers are imported inside the fixtures, so test files that do not
+use them pay nothing.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+TINY_VOCAB = 300
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+          "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative decoding drafts tokens and verifies them in one pass.",
+    "Hello world! 12345 apples cost 3.14 dollars, isn't it?",
+    "A small model proposes, a large model disposes.",
+    "user assistant system: what is the capital of France? Paris.",
+] * 20
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory):
+  """A trained byte-level BPE (< TINY_VOCAB tokens) saved as a fast tokenizer."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  from transformers import PreTrainedTokenizerFast
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=TINY_VOCAB - 10, special_tokens=SPECIALS,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                show_progress=False)
+  tok.train_from_iterator(_CORPUS, trainer)
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                 eos_token="<|im_end|>", unk_token=None,
+                                 pad_token="<|endoftext|>", chat_template=CHATML)
+  path = tmp_path_factory.mktemp("tiny_tokenizer")
+  fast.save_pretrained(path)
+  return str(path)
+
+
+def _randomize(model, seed: int) -> None:
+  """Re-draws every parameter: norm scales 1 + 0.2 N(0,1), everything else 0.1 N(0,1)."""
+  import torch
+  gen = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      noise = torch.randn(p.shape, generator=gen)
+      is_scale = p.ndim == 1 and ("norm" in name or ".ln_" in name) and name.endswith("weight")
+      p.copy_(1.0 + 0.2 * noise if is_scale else 0.1 * noise)
+
+
+def save_tiny(tmp_path_factory, tokenizer_dir: str, name: str, config, seed: int = 0) -> str:
+  """Builds a random model from a transformers config and saves it with the tokenizer."""
+  import torch
+  import transformers
+  torch.manual_seed(seed)
+  model = transformers.AutoModelForCausalLM.from_config(config)
+  _randomize(model, seed)
+  path = tmp_path_factory.mktemp(name)
+  model.save_pretrained(path)
+  for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+    try:
+      shutil.copy(f"{tokenizer_dir}/{f}", path / f)
+    except FileNotFoundError:
+      pass
+  return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory, tiny_tokenizer_dir):
+  """GPT2LMHeadModel: 2 layers, width 64, 4 heads, tied head, learned positions."""
+  import transformers
+  cfg = transformers.GPT2Config(vocab_size=TINY_VOCAB, n_positions=64, n_embd=64, n_layer=2,
+                                n_head=4, bos_token_id=0, eos_token_id=0, layer_norm_epsilon=1e-5)
+  return save_tiny(tmp_path_factory, tiny_tokenizer_dir, "tiny_gpt2", cfg, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, tiny_tokenizer_dir):
+  """LlamaForCausalLM: GQA (4 query / 2 kv heads), untied head, rope_theta 5000."""
+  import transformers
+  cfg = transformers.LlamaConfig(
+      vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+      rms_norm_eps=1e-5, rope_theta=5000.0, tie_word_embeddings=False, bos_token_id=1,
+      eos_token_id=2)
+  return save_tiny(tmp_path_factory, tiny_tokenizer_dir, "tiny_llama", cfg, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_tied_dir(tmp_path_factory, tiny_tokenizer_dir):
+  """LlamaForCausalLM: tied embeddings, GQA 4/1, head_dim 32 != width / heads."""
+  import transformers
+  cfg = transformers.LlamaConfig(
+      vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=128,
+      rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+  return save_tiny(tmp_path_factory, tiny_tokenizer_dir, "tiny_llama_tied", cfg, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory, tiny_tokenizer_dir):
+  """Qwen2ForCausalLM: q/k/v bias, GQA 4/2, untied head, two eos ids."""
+  import transformers
+  cfg = transformers.Qwen2Config(
+      vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+      rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False, eos_token_id=[2, 0])
+  return save_tiny(tmp_path_factory, tiny_tokenizer_dir, "tiny_qwen2", cfg, seed=4)
