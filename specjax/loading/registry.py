@@ -55,3 +55,17 @@ def register(name: str, resolver: Callable[[], str]) -> None:
 
 def names() -> list[str]:
   return sorted(REGISTRY)
+
+
+# ---------------------------------------------------------------- shipped drafts
+# Maintained with the distillation trainer (specjax/training/export.py). The asset
+# holds only the draft's own tensors; its frozen embeddings come from the target, so
+# the resolver materialises a full Hugging Face directory in a cache on first use.
+
+def smollm2_135m_draft() -> str:
+  """The distilled default draft for smollm2-135m (specjax/assets/smollm2-135m-draft)."""
+  from specjax.training.export import materialize_hf
+  return materialize_hf(asset_path("smollm2-135m-draft"))
+
+
+register("smollm2-135m-draft", smollm2_135m_draft)

@@ -213,6 +213,17 @@ def concat_batches(parts: Sequence[dict]) -> dict:
   return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def trim(batch: dict, multiple: int = 64) -> dict:
+  """Drops trailing all-padding columns, keeping a multiple of `multiple` (few shapes to
+  compile) and at least the token after the last masked position."""
+  if not multiple:
+    return batch
+  cols = np.nonzero(batch["mask"].any(0))[0]
+  n = int(cols[-1]) + 2 if len(cols) else 1
+  n = min(-(-n // multiple) * multiple, batch["tokens"].shape[1])
+  return {k: v[:, :n] for k, v in batch.items()}
+
+
 def token_frequencies(pools: Sequence[dict], vocab_size: int) -> np.ndarray:
   """[V] counts of the sampled continuation tokens in the pools (prompts excluded)."""
   counts = np.zeros((vocab_size,), np.int64)

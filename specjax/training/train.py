@@ -186,7 +186,8 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
           target.params, target.cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
           key=jax.random.fold_in(key, 1), eos_ids=target.eos_ids, temperature=d.temperature,
           batch_size=d.sample_batch_size,
-          top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0)
+          top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
+          progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
     target_pool = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool"), make)
   head_vocab = None
   if config.draft.head_vocab_size > 0:
@@ -272,7 +273,8 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
     if config.batch_size - n_draft:
       parts.append(data_lib.take(target_pool, data_lib.batch_indices(
           config.seed, step, target_pool["tokens"].shape[0], config.batch_size - n_draft, stream=0)))
-    return sharding_lib.shard_batch(data_lib.concat_batches(parts), mesh)
+    batch = data_lib.trim(data_lib.concat_batches(parts), d.get("trim_multiple", 64))
+    return sharding_lib.shard_batch(batch, mesh)
 
   def evaluate(step: int) -> dict:
     params = full(state)

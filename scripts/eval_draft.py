@@ -1,0 +1,135 @@
+"""Measures a draft before and after distillation on the held-out prompts.
+
+    nice python scripts/eval_draft.py --config=configs/distill_smollm2.py \
+        --workdir=/tmp/distill_smollm2 --asset=specjax/assets/smollm2-135m-draft \
+        --out=experiments/distill_smollm2/results.json
+
+For the draft at initialisation ("before": the config's draft built from the target,
+with the same reduced vocabulary) and the distilled one ("after": --asset, else the
+workdir's best checkpoint), with the real speculative engine:
+  * alpha and tokens per target pass for k = 1..8, greedy and temperature 1, on
+    --num_prompts held-out prompts decoded as one batch (--max_new tokens each);
+  * wall-clock speedup over the target alone at batch 1 (--speed_prompts prompts of one
+    length bucket, decoded one at a time; compile excluded), measured in the same run;
+  * per-token cost of one draft decode step relative to one target decode step.
+Writes JSON and prints a markdown table.
+"""
+import json
+import os
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "The distillation config.", lock_config=True)
+flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, checkpoints).")
+flags.DEFINE_string("asset", None, "The distilled draft asset (default: best checkpoint).")
+flags.DEFINE_string("out", None, "Write the results JSON here.")
+flags.DEFINE_integer("num_prompts", 32, "Held-out prompts for the alpha table.")
+flags.DEFINE_integer("max_new", 64, "New tokens per prompt.")
+flags.DEFINE_list("ks", [str(k) for k in range(1, 9)], "Draft lengths.")
+flags.DEFINE_list("temperatures", ["0", "1"], "Sampling temperatures.")
+flags.DEFINE_integer("speed_prompts", 6, "Prompts for the batch-1 speedup.")
+flags.DEFINE_list("speed_ks", ["3", "4", "5"], "k values for the batch-1 speedup.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def step_cost_ms(params, cfg, n=30):
+  """Median wall time of one jitted batch-1 decode step (forward + argmax) at cache length 128."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from specjax.models import KVCache, forward
+
+  @jax.jit
+  def f(p, tok, cache):
+    logits, cache = forward(p, cfg, tok, cache)
+    return jnp.argmax(logits[:, -1], -1), cache
+
+  cache = KVCache.init(cfg, 1, 256).with_lengths(jnp.full((1,), 128, jnp.int32))
+  tok = jnp.zeros((1, 1), jnp.int32)
+  f(params, tok, cache)[0].block_until_ready()
+  ts = []
+  for _ in range(n):
+    s = time.perf_counter()
+    f(params, tok, cache)[0].block_until_ready()
+    ts.append(time.perf_counter() - s)
+  return 1e3 * float(np.median(ts))
+
+
+def main(argv):
+  del argv
+  import numpy as np
+  import specjax
+  from types import SimpleNamespace
+  from specjax.training import data as data_lib, export
+  from specjax.training.setup import setup_target
+  from specjax.training.train import prepare_draft, restore_draft
+  config = FLAGS.config
+  target, train_prompts, held = setup_target(config)
+  b_cfg, b_params, _ = prepare_draft(config, FLAGS.workdir, target, train_prompts, log=lambda *_: 0)
+  if FLAGS.asset:
+    after = export.load_asset(FLAGS.asset, target=target)
+    a_cfg, a_params = after.cfg, after.params
+  else:
+    a_cfg, a_params = restore_draft(config, FLAGS.workdir, target, train_prompts, best=True)
+  drafts = {"before": SimpleNamespace(name="init", cfg=b_cfg, params=b_params),
+            "after": SimpleNamespace(name="distilled", cfg=a_cfg, params=a_params)}
+  res = {"num_prompts": FLAGS.num_prompts, "max_new": FLAGS.max_new, "table": [], "speed": []}
+  t_ms = step_cost_ms(target.params, target.cfg)
+  res["cost"] = {"target_step_ms": t_ms, "draft_step_ms": step_cost_ms(a_params, a_cfg)}
+  res["cost"]["ratio"] = res["cost"]["draft_step_ms"] / t_ms
+  print("cost", res["cost"], flush=True)
+  prompts = held[:FLAGS.num_prompts]
+  for temp in [float(t) for t in FLAGS.temperatures]:
+    for k in [int(k) for k in FLAGS.ks]:
+      row = {"temperature": temp, "k": k}
+      for name, d in drafts.items():
+        r = specjax.generate(target, prompts, FLAGS.max_new, draft=d, k=k, temperature=temp, seed=0)
+        row[name] = {"alpha": r.stats.acceptance_rate, "tokens_per_pass": r.stats.tokens_per_pass}
+      res["table"].append(row)
+      print(json.dumps(row), flush=True)
+  # Batch-1 speedup: prompts sharing one length bucket (one compile), one at a time.
+  from specjax.decoding.generate import prompt_bucket
+  by_bucket = {}
+  for p in held:
+    by_bucket.setdefault(prompt_bucket(len(p)), []).append(p)
+  speed_set = max(by_bucket.values(), key=len)[:FLAGS.speed_prompts]
+  for temp in [float(t) for t in FLAGS.temperatures]:
+    def wall(draft=None, k=4):
+      specjax.generate(target, [speed_set[0]], FLAGS.max_new, draft=draft, k=k, temperature=temp)  # compile
+      total, toks = 0.0, 0
+      for p in speed_set:
+        r = specjax.generate(target, [p], FLAGS.max_new, draft=draft, k=k, temperature=temp)
+        total += r.stats.wall_time_s
+        toks += int(r.stats.new_tokens.sum())
+      return total, toks
+    base_s, base_toks = wall()
+    for k in [int(k) for k in FLAGS.speed_ks]:
+      for name, d in drafts.items():
+        s, toks = wall(d, k)
+        row = {"temperature": temp, "k": k, "draft": name, "target_s": base_s, "spec_s": s,
+               "target_tokens": base_toks, "spec_tokens": toks,
+               "speedup": (base_s / base_toks) / (s / toks)}
+        res["speed"].append(row)
+        print(json.dumps(row), flush=True)
+  lines = ["| T | k | alpha before | alpha after | tokens/pass before | tokens/pass after |",
+           "|---|---|---|---|---|---|"]
+  for r in res["table"]:
+    lines.append(f"| {r['temperature']:g} | {r['k']} | {r['before']['alpha']:.3f} | "
+                 f"{r['after']['alpha']:.3f} | {r['before']['tokens_per_pass']:.2f} | "
+                 f"{r['after']['tokens_per_pass']:.2f} |")
+  lines += ["", "| T | k | draft | speedup vs target alone (batch 1) |", "|---|---|---|---|"]
+  for r in res["speed"]:
+    lines.append(f"| {r['temperature']:g} | {r['k']} | {r['draft']} | {r['speedup']:.2f}x |")
+  res["markdown"] = "\n".join(lines)
+  print(res["markdown"])
+  if FLAGS.out:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+    with open(FLAGS.out, "w", encoding="utf-8") as f:
+      json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)
