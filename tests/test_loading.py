@@ -153,6 +153,19 @@ def test_directory_without_tokenizer_loads_ids_only(tiny_llama_dir, tmp_path):
     model.encode("hi")
 
 
+def test_gpt2_vocab_merges_without_tokenizer_json(tiny_gpt2_dir, tmp_path):
+  """Old GPT-2 style checkpoints ship vocab.json + merges.txt instead of tokenizer.json."""
+  for f in ("config.json", "model.safetensors"):
+    shutil.copy(os.path.join(tiny_gpt2_dir, f), tmp_path / f)
+  bpe = json.load(open(os.path.join(tiny_gpt2_dir, "tokenizer.json")))["model"]
+  (tmp_path / "vocab.json").write_text(json.dumps(bpe["vocab"]))
+  merges = [m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]]
+  (tmp_path / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+  old, new = load_model(str(tmp_path)), load_model(tiny_gpt2_dir)
+  text = "The quick brown fox jumps over 12345 lazy dogs."
+  assert old.encode(text) == new.encode(text) and old.decode(old.encode(text)) == text
+
+
 # --------------------------------------------------------------------- GGUF (synthetic)
 
 def _llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
