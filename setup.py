@@ -30,6 +30,7 @@ setup(
     ],
     extras_require={
         # torch is for reference parity in tests and peer benchmarks only; the library never imports it.
-        "test": ["pytest>=8", "torch==2.13.0"],
+        # accelerate: transformers' own GGUF loader (the reference in tests) requires it.
+        "test": ["pytest>=8", "torch==2.13.0", "accelerate>=1.0"],
     },
 )

@@ -507,3 +507,18 @@ def test_smollm2_greedy_chat_answer(smollm):
     if nxt in smollm.eos_ids:
       break
   assert "Paris" in smollm.decode(out)
+
+
+@pytest.mark.real_model
+def test_smollm2_greedy_generate_matches_transformers(smollm, smollm_transformers):
+  """specjax.generate (one jitted while_loop) continues exactly as transformers' generate."""
+  import torch
+  import specjax
+  ref, _ = smollm_transformers
+  prompts = [smollm.encode(p) for p in SMOLLM_PROMPTS] + [smollm.encode("What is 2+2?", chat=True)]
+  out = specjax.generate(smollm, prompts, 16)
+  for ids, got in zip(prompts, out.tokens):
+    with torch.no_grad():
+      want = ref.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False,
+                          eos_token_id=list(smollm.eos_ids), pad_token_id=smollm.eos_ids[0])
+    assert got == want[0, len(ids):].tolist(), smollm.decode(ids)
