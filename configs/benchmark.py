@@ -1,0 +1,33 @@
+"""Side-by-side benchmark on the embedded target: specjax vs transformers, alone vs speculative.
+
+    python scripts/benchmark.py
+    python scripts/benchmark.py --config.prompts.source=repeat --config.repeats=5 --workdir=/tmp/bench
+    python scripts/benchmark.py --config.hf.enabled=False   # specjax rows only (no torch)
+
+Rows: specjax target alone, specjax with each drafter in `drafters`, transformers greedy
+generate, prompt lookup and assisted generation (with the draft's Hugging Face export).
+Rows whose draft or export is missing are skipped with a note.
+"""
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.target = "smollm2-135m"
+  # Comma-separated: "ngram:N", "early_exit:N" or model sources (registry name, directory).
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
+  c.allow_hub = False  # look unregistered draft names up on the Hugging Face hub
+  c.k = 4
+  c.max_new_tokens = 64
+  c.repeats = 3  # interleaved repetitions; the fastest run of each (row, prompt) counts
+  c.prompts = ml_collections.ConfigDict(dict(
+      source="repeat+heldout",  # "+"-joined: repeat, heldout, builtin (specjax/bench/prompts.py)
+      per_category=1,  # first N prompts of each category of each source (0: all)
+      categories="",  # comma-separated filter, e.g. "rewrite,code_edit" ("" = all)
+      chat=True))
+  c.hf = ml_collections.ConfigDict(dict(
+      enabled=True,  # transformers rows (imports torch inside specjax/bench/peers.py)
+      max_matching_ngram_size=3,  # prompt lookup: like specjax's ngram:3
+      assistant=""))  # HF directory of the draft ("" = the export of a model drafter, if any)
+  c.costs = ml_collections.ConfigDict(dict(enabled=True, n=5, repeats=3))  # per-pass timings
+  return c

@@ -1,0 +1,29 @@
+"""Acceptance curves on the embedded target: drafters x temperatures x k.
+
+    python scripts/acceptance_curves.py --config=configs/curves.py --workdir=/tmp/curves
+    python scripts/acceptance_curves.py --config=configs/curves.py --workdir=/tmp/curves \
+        --config.drafters=ngram:3 --config.ks=1,2,3,4,6,8 --config.temperatures=0
+
+Prompts: the distillation set's held-out split (specjax/data/prompts_heldout.jsonl),
+`per_category` per category. Drafters that are not available (the shipped default
+draft before it is registered) are skipped with a note in prompts.json.
+"""
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.target = "smollm2-135m"
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"  # comma-separated
+  c.allow_hub = False
+  c.ks = "1,2,4,6"  # comma-separated
+  c.temperatures = "0.0,1.0"  # comma-separated; 0 = greedy
+  c.top_k = 0
+  c.top_p = 1.0
+  c.seed = 0
+  c.max_new_tokens = 48
+  c.prompts = ml_collections.ConfigDict(dict(
+      source="heldout", per_category=1, categories="", chat=True))
+  c.batch_size = 0  # rows per generate call within a category (0: the whole category)
+  c.repeats = 1  # timed runs per batch; the fastest counts
+  return c

@@ -1,0 +1,46 @@
+"""Acceptance curves: per-position acceptance, alpha, tokens per pass vs the closed form,
+and measured speedup, swept over drafters, temperatures and k.
+
+    python scripts/acceptance_curves.py --config=configs/curves.py --workdir=DIR
+    python scripts/acceptance_curves.py --config=configs/curves.py --workdir=DIR --config.ks=1,2,4,8
+
+Writes to DIR: config.json, prompts.json, curves.jsonl (one JSON record per setting),
+tb/ (TensorBoard), tokens_per_pass_vs_k.png, per_position_acceptance.png,
+speedup_vs_k.png, acceptance_by_category.png and summary.md (printed too).
+"""
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from specjax.bench import curves  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "curves.py"),
+    "Sweep config.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+
+
+def main(argv):
+  del argv
+  config, workdir = _CONFIG.value, _WORKDIR.value
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+  records = curves.sweep(config, workdir, progress=_PROGRESS.value)
+  for path in curves.plot(records, workdir):
+    logging.info("Wrote %s", path)
+  summary = curves.summary_markdown(records)
+  with open(os.path.join(workdir, "summary.md"), "w") as f:
+    f.write(summary + "\n")
+  with open(os.path.join(workdir, "fields.json"), "w") as f:
+    json.dump(curves.RECORD_FIELDS, f, indent=2)
+  print(summary)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,51 @@
+"""Side-by-side benchmark: specjax and transformers, target alone and with each drafter.
+
+    python scripts/benchmark.py [--config=configs/benchmark.py] [--workdir=DIR] [--json_out=PATH]
+    python scripts/benchmark.py --config.prompts.source=repeat --config.repeats=5
+
+Prints a table (tokens/s, speedup over the same framework's target alone, ratio to
+transformers greedy, alpha, tokens per pass beside the closed form, ideal speedup from
+measured per-pass costs, fraction of it reached) and writes the full results as JSON
+(--json_out, and results.json + config.json in --workdir).
+"""
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from specjax.bench import sidebyside  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "benchmark.py"),
+    "Benchmark config.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+
+
+def main(argv):
+  del argv
+  config = _CONFIG.value
+  if _WORKDIR.value:
+    os.makedirs(_WORKDIR.value, exist_ok=True)
+    with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+  result = sidebyside.run_benchmark(config, progress=_PROGRESS.value)
+  table = sidebyside.format_table(result)
+  print(table)
+  paths = [_JSON_OUT.value] if _JSON_OUT.value else []
+  if _WORKDIR.value:
+    paths.append(os.path.join(_WORKDIR.value, "results.json"))
+    with open(os.path.join(_WORKDIR.value, "table.txt"), "w") as f:
+      f.write(table + "\n")
+  for path in paths:
+    with open(path, "w") as f:
+      json.dump(result, f, indent=2)
+    logging.info("Wrote %s", path)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,56 @@
+"""Helpers shared by the curves and the benchmark: drafter lookup and merged stats."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+from specjax.decoding.stats import SpecStats
+from specjax.errors import LoadError
+
+SPEC_KINDS = ("ngram", "early_exit")
+
+
+def is_spec_string(draft: str) -> bool:
+  """True for drafter specs such as "ngram:3" or "early_exit:8" (no model to load)."""
+  return draft.partition(":")[0] in SPEC_KINDS
+
+
+def load_drafts(names, allow_hub: bool = False) -> tuple[dict, list]:
+  """{label: drafter for generate} and [{"row", "note"}] for the ones skipped.
+
+  Spec strings pass through; model sources are loaded once. A source that is neither
+  a registry name nor an existing path is skipped (no hub lookup) unless allow_hub.
+  """
+  from specjax.loading import load_model
+  from specjax.loading import registry
+  drafts, skipped = {}, []
+  for name in names:
+    if is_spec_string(name):
+      drafts[name] = name
+      continue
+    if not allow_hub and name not in registry.REGISTRY and not os.path.exists(
+        os.path.expanduser(name)):
+      skipped.append({"row": name, "note": f"draft {name!r} is not registered in "
+                      f"specjax.loading.registry (known: {registry.names()}) and is not a local "
+                      "path; row skipped"})
+      continue
+    try:
+      drafts[name] = load_model(name)
+    except (LoadError, OSError, ValueError) as e:
+      skipped.append({"row": name, "note": f"draft {name!r} failed to load: {e}"})
+  return drafts, skipped
+
+
+def merge_stats(stats: list) -> SpecStats:
+  """One SpecStats over several runs (rows concatenated, wall times summed)."""
+  cat = lambda f: np.concatenate([np.asarray(getattr(s, f)) for s in stats], axis=0)
+  return SpecStats(k=stats[0].k, new_tokens=cat("new_tokens"), target_passes=cat("target_passes"),
+                   draft_passes=cat("draft_passes"), rounds=cat("rounds"), checked=cat("checked"),
+                   accepted=cat("accepted"), wall_time_s=float(sum(s.wall_time_s for s in stats)),
+                   compile_time_s=float(sum(s.compile_time_s for s in stats)))
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+  return float(a / b) if a is not None and b else None

@@ -1,0 +1,99 @@
+"""Per-pass costs of the target and the drafters, timed as small jitted calls.
+
+These are the inputs of the ideal-speedup prediction
+
+    ideal_speedup = tokens_per_round * c_step / (c_draft(k) + c_verify(k))
+
+c_step: one target forward of 1 token (what the target alone pays per token);
+c_verify(k): one target forward of k+1 tokens (the verify pass);
+c_draft(k): one `drafter.propose` call (k draft steps, their warp and sampling; ~0
+for n-gram lookup). All with a cache already holding `context_len` tokens, batch 1,
+the same cache size as `generate` would allocate. Each cost is the fastest over
+`repeats` of the mean over `n` back-to-back calls (the CPU is shared and noisy).
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.drafters import DraftContext
+from specjax.decoding.generate import resolve_drafter
+from specjax.models import KVCache, forward
+from specjax.sampling import SamplingParams
+
+
+def _time(fn, args, n: int, repeats: int) -> float:
+  jax.block_until_ready(fn(*args))  # compile + warm up
+  best = float("inf")
+  for _ in range(max(1, repeats)):
+    start = time.perf_counter()
+    for _ in range(max(1, n)):
+      jax.block_until_ready(fn(*args))
+    best = min(best, (time.perf_counter() - start) / max(1, n))
+  return best
+
+
+def cache_len(prompt_len: int, max_new_tokens: int, k: int) -> int:
+  """The cache size `generate` allocates for one row (keep in sync with generate)."""
+  bucket = max(16, 1 << (max(prompt_len, 1) - 1).bit_length())
+  need = max(bucket, prompt_len + max_new_tokens + k + 2)
+  return -(-need // 128) * 128
+
+
+def _filled_cache(target, context: np.ndarray, max_len: int):
+  cache = KVCache.init(target.cfg, 1, max_len, target.params["embed"].dtype)
+  _, cache = jax.jit(forward, static_argnums=1)(target.params, target.cfg,
+                                                jnp.asarray(context)[None], cache)
+  return cache
+
+
+def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
+                 repeats: int = 3, seed: int = 0) -> dict:
+  """{"step": c_step, "verify": {k: c_verify(k)}} in seconds per call."""
+  rng = np.random.default_rng(seed)
+  context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
+  cache = _filled_cache(target, context, max_len)
+  fwd = jax.jit(lambda p, t, c: forward(p, target.cfg, t, c)[0])
+  out = {"step": _time(fwd, (target.params, jnp.zeros((1, 1), jnp.int32), cache), n, repeats),
+         "verify": {}}
+  for k in sorted(set(int(x) for x in ks)):
+    toks = jnp.zeros((1, k + 1), jnp.int32)
+    out["verify"][k] = _time(fwd, (target.params, toks, cache), n, repeats)
+  return out
+
+
+def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperature: float = 0.0,
+               n: int = 5, repeats: int = 3, seed: int = 0) -> float:
+  """Seconds of one `propose` of the drafter `draft` (anything `generate` accepts)."""
+  drafter = resolve_drafter(draft, target)
+  rng = np.random.default_rng(seed)
+  context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
+  tokens = np.zeros((1, max_len), np.int32)
+  tokens[0, :context_len] = context
+  n_tokens = jnp.array([context_len], jnp.int32)
+  cache = _filled_cache(target, context[:-1], max_len)
+  state = drafter.init(target.params, jnp.asarray(context[:-1])[None],
+                       jnp.array([context_len - 1], jnp.int32), max_len)
+  sampling = SamplingParams(temperature=float(temperature))
+  cfg = target.cfg
+
+  @jax.jit
+  def propose(drafter, state, params, cache, tokens, n_tokens, key):
+    ctx = DraftContext(target_params=params, target_cache=cache, tokens=tokens, n_tokens=n_tokens,
+                       target_cfg=cfg, k=k, sampling=sampling)
+    drafts, q, _, _ = drafter.propose(state, ctx, key)
+    return drafts, q
+
+  args = (drafter, state, target.params, cache, jnp.asarray(tokens), n_tokens,
+          jax.random.PRNGKey(seed))
+  return _time(propose, args, n, repeats)
+
+
+def ideal_speedup(tokens_per_round: float, c_step: float, c_verify: float, c_draft: float):
+  """tokens_per_round * c_step / (c_draft + c_verify); None when an input is missing."""
+  if tokens_per_round is None or not c_step or not c_verify or c_draft is None:
+    return None
+  return float(tokens_per_round * c_step / (c_draft + c_verify))

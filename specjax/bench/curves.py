@@ -1,0 +1,239 @@
+"""Acceptance curves: sweep drafters x temperatures x k over a prompt set.
+
+Per setting the sweep records (see `RECORD_FIELDS`) acceptance per draft position,
+alpha, tokens per target pass beside the closed form (1 - alpha^(k+1)) / (1 - alpha),
+and the speedup over the target alone measured in the same run, at the same
+temperature, on the same prompts and batches. Prompts are decoded in batches of
+`batch_size` rows of one category (0: the whole category), so every figure also
+exists per category.
+
+Outputs in the workdir: curves.jsonl (one record per setting), tb/ (TensorBoard
+scalars, x axis = k), tokens_per_pass_vs_k.png, per_position_acceptance.png,
+speedup_vs_k.png, acceptance_by_category.png, summary.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from specjax.bench import common, prompts as prompts_lib
+from specjax.decoding.stats import expected_tokens_per_pass
+
+RECORD_FIELDS = {
+    "drafter": "drafter spec or model source; 'none' for the target alone",
+    "k": "tokens drafted per round (0 for the target alone)",
+    "temperature": "sampling temperature of target and draft (0 = greedy)",
+    "acceptance_rate": "alpha = accepted / checked draft positions",
+    "per_position_acceptance": "P(draft position i accepted | position i reached), i = 0..k-1",
+    "tokens_per_pass": "(accepted + verify passes) / verify passes",
+    "closed_form_tokens_per_pass": "(1 - alpha^(k+1)) / (1 - alpha), alpha as measured",
+    "tokens_per_s": "new tokens / decode seconds (compile excluded), summed over batches",
+    "target_tokens_per_s": "the same for the target alone at this temperature",
+    "speedup": "tokens_per_s / target_tokens_per_s",
+    "new_tokens, target_passes, draft_passes, verify_passes, wall_time_s": "run totals",
+    "per_category": "the same fields per prompt category",
+}
+
+
+def _batches(rows: list, batch_size: int) -> list[list[int]]:
+  """Indices of rows grouped by category, chunked into batch_size (0: whole category)."""
+  by_cat: dict = {}
+  for i, r in enumerate(rows):
+    by_cat.setdefault(r["category"], []).append(i)
+  out = []
+  for idx in by_cat.values():
+    step = batch_size or len(idx)
+    out += [idx[j:j + step] for j in range(0, len(idx), step)]
+  return out
+
+
+def _summary(stats, k: int) -> dict:
+  d = stats.to_dict()
+  keep = ("new_tokens", "target_passes", "draft_passes", "verify_passes", "acceptance_rate",
+          "per_position_acceptance", "tokens_per_pass", "closed_form_tokens_per_pass",
+          "tokens_per_s", "wall_time_s")
+  out = {key: d[key] for key in keep}
+  if k == 0:
+    out["closed_form_tokens_per_pass"] = None
+  return out
+
+
+def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
+  """Runs the sweep, writes curves.jsonl and TensorBoard scalars, returns the records."""
+  import specjax
+  from specjax.bench.timing import best_of
+  from specjax.loading import load_model
+  from tensorboardX import SummaryWriter
+  from tqdm import tqdm
+
+  target = load_model(config.target)
+  rows = prompts_lib.select(config.prompts.source, config.prompts.per_category,
+                            prompts_lib.parse_list(config.prompts.categories))
+  ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
+  batches = _batches(rows, int(config.batch_size))
+  drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub)
+  ks = [int(x) for x in prompts_lib.parse_list(config.ks)]
+  temps = [float(x) for x in prompts_lib.parse_list(config.temperatures)]
+  with open(os.path.join(workdir, "prompts.json"), "w") as f:
+    json.dump({"prompts": rows, "skipped_drafters": skipped}, f, indent=2)
+
+  settings = [(t, "none", None, 0) for t in temps]
+  settings += [(t, label, d, k) for t in temps for label, d in drafts.items() for k in ks]
+  writer = SummaryWriter(os.path.join(workdir, "tb"))
+  records, base = [], {}
+  bar = tqdm(settings, desc="curves", disable=not progress)
+  with open(os.path.join(workdir, "curves.jsonl"), "w") as out:
+    for t, label, draft, k in bar:
+      bar.set_postfix_str(f"T={t} {label} k={k}")
+      per_batch = []
+      for b in batches:
+        res = best_of(int(config.repeats), target, [ids[i] for i in b], int(config.max_new_tokens),
+                      draft=draft, k=max(k, 1), temperature=t, top_k=int(config.top_k),
+                      top_p=float(config.top_p), seed=int(config.seed))
+        per_batch.append(res.stats)
+      rec = {"drafter": label, "k": k, "temperature": t,
+             **_summary(common.merge_stats(per_batch), k), "per_category": {}}
+      for cat in dict.fromkeys(r["category"] for r in rows):
+        cat_stats = [s for s, b in zip(per_batch, batches) if rows[b[0]]["category"] == cat]
+        rec["per_category"][cat] = _summary(common.merge_stats(cat_stats), k)
+      if label == "none":
+        base[t] = rec
+      tb = base[t]
+      rec["target_tokens_per_s"] = tb["tokens_per_s"]
+      rec["speedup"] = common.ratio(rec["tokens_per_s"], tb["tokens_per_s"])
+      for cat, c in rec["per_category"].items():
+        c["speedup"] = common.ratio(c["tokens_per_s"], tb["per_category"][cat]["tokens_per_s"])
+      out.write(json.dumps(rec) + "\n")
+      out.flush()
+      records.append(rec)
+      if label != "none":
+        tag = f"{label}/T={t:g}"
+        for key in ("acceptance_rate", "tokens_per_pass", "closed_form_tokens_per_pass",
+                    "tokens_per_s", "speedup"):
+          if rec[key] is not None:
+            writer.add_scalar(f"{tag}/{key}", rec[key], k)
+        for i, a in enumerate(rec["per_position_acceptance"]):
+          if a is not None:
+            writer.add_scalar(f"{tag}/per_position_acceptance/k={k}", a, i)
+  writer.close()
+  return records
+
+
+def _drafters(records):
+  return list(dict.fromkeys(r["drafter"] for r in records if r["drafter"] != "none"))
+
+
+def _temps(records):
+  return list(dict.fromkeys(r["temperature"] for r in records))
+
+
+def _series(records, drafter, t, key):
+  pts = sorted((r["k"], r[key]) for r in records
+               if r["drafter"] == drafter and r["temperature"] == t and r[key] is not None)
+  return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def plot(records: list[dict], workdir: str) -> list[str]:
+  """Writes the PNGs; returns their paths."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  temps, drafters, paths = _temps(records), _drafters(records), []
+  colors = {d: f"C{i}" for i, d in enumerate(drafters)}
+  ks_all = sorted({r["k"] for r in records if r["k"]}) or [1]
+
+  def save(fig, name):
+    path = os.path.join(workdir, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+
+  # 1. Tokens per pass vs k: measured (solid) and closed form from measured alpha (dashed),
+  #    over grey iso-alpha closed-form curves.
+  fig, axes = plt.subplots(1, len(temps), figsize=(5.5 * len(temps), 4.2), squeeze=False)
+  grid = np.arange(1, max(ks_all) + 1)
+  for ax, t in zip(axes[0], temps):
+    for a in (0.2, 0.4, 0.6, 0.8, 0.9):
+      ax.plot(grid, [expected_tokens_per_pass(a, int(k)) for k in grid], color="0.85", lw=1)
+      ax.annotate(f"α={a}", (grid[-1], expected_tokens_per_pass(a, int(grid[-1]))), fontsize=7,
+                  color="0.5")
+    for d in drafters:
+      ks, ys = _series(records, d, t, "tokens_per_pass")
+      ax.plot(ks, ys, "o-", color=colors[d], label=f"{d} measured")
+      ks, ys = _series(records, d, t, "closed_form_tokens_per_pass")
+      ax.plot(ks, ys, "x--", color=colors[d], alpha=0.8, label=f"{d} closed form")
+    ax.set(title=f"tokens per target pass, T={t:g}", xlabel="k (drafted tokens)",
+           ylabel="tokens / pass")
+    ax.legend(fontsize=7)
+  save(fig, "tokens_per_pass_vs_k.png")
+
+  # 2. Per-position acceptance at the largest k of each drafter.
+  fig, axes = plt.subplots(1, len(temps), figsize=(5.5 * len(temps), 4.2), squeeze=False)
+  for ax, t in zip(axes[0], temps):
+    for d in drafters:
+      recs = [r for r in records if r["drafter"] == d and r["temperature"] == t]
+      for r in recs:
+        ys = [np.nan if a is None else a for a in r["per_position_acceptance"]]
+        big = r["k"] == max(x["k"] for x in recs)
+        ax.plot(range(1, len(ys) + 1), ys, "o-" if big else ":", color=colors[d],
+                alpha=1.0 if big else 0.35, label=f"{d} (k={r['k']})" if big else None)
+    ax.set(title=f"acceptance per draft position, T={t:g}", xlabel="draft position",
+           ylabel="P(accepted | reached)", ylim=(-0.02, 1.02))
+    ax.legend(fontsize=7)
+  save(fig, "per_position_acceptance.png")
+
+  # 3. Speedup over the target alone vs k.
+  fig, axes = plt.subplots(1, len(temps), figsize=(5.5 * len(temps), 4.2), squeeze=False)
+  for ax, t in zip(axes[0], temps):
+    ax.axhline(1.0, color="0.5", lw=1)
+    for d in drafters:
+      ks, ys = _series(records, d, t, "speedup")
+      ax.plot(ks, ys, "o-", color=colors[d], label=d)
+    ax.set(title=f"speedup over the target alone, T={t:g}", xlabel="k", ylabel="speedup")
+    ax.legend(fontsize=7)
+  save(fig, "speedup_vs_k.png")
+
+  # 4. Alpha by prompt category (at each drafter's largest k, first temperature).
+  cats = list(dict.fromkeys(c for r in records for c in r["per_category"]))
+  fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(cats) * max(1, len(drafters)) ** 0.5), 4.2))
+  width = 0.8 / max(1, len(drafters))
+  for j, d in enumerate(drafters):
+    recs = [r for r in records if r["drafter"] == d and r["temperature"] == temps[0]]
+    r = max(recs, key=lambda x: x["k"])
+    ys = [r["per_category"][c]["acceptance_rate"] or 0.0 for c in cats]
+    ax.bar(np.arange(len(cats)) + j * width, ys, width, color=colors[d], label=f"{d} (k={r['k']})")
+  ax.set_xticks(np.arange(len(cats)) + 0.4 - width / 2, cats)
+  ax.set(title=f"acceptance rate by prompt category, T={temps[0]:g}", ylabel="alpha", ylim=(0, 1))
+  ax.legend(fontsize=7)
+  save(fig, "acceptance_by_category.png")
+  return paths
+
+
+def _f(x: Optional[float], spec="{:.2f}") -> str:
+  return "-" if x is None else spec.format(x)
+
+
+def summary_markdown(records: list[dict]) -> str:
+  """Markdown tables: every setting, then per category (largest k per drafter)."""
+  lines = ["| drafter | T | k | alpha | tokens/pass | closed form | tok/s | speedup |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in records:
+    lines.append(f"| {r['drafter']} | {r['temperature']:g} | {r['k']} | "
+                 f"{_f(r['acceptance_rate'])} | {_f(r['tokens_per_pass'])} | "
+                 f"{_f(r['closed_form_tokens_per_pass'])} | {_f(r['tokens_per_s'], '{:.1f}')} | "
+                 f"{_f(r['speedup'])} |")
+  lines += ["", "Per category (largest k of each drafter):", "",
+            "| drafter | T | k | category | alpha | tokens/pass | speedup |", "|---|---|---|---|---|---|---|"]
+  for t in _temps(records):
+    for d in _drafters(records):
+      recs = [r for r in records if r["drafter"] == d and r["temperature"] == t]
+      r = max(recs, key=lambda x: x["k"])
+      for cat, c in r["per_category"].items():
+        lines.append(f"| {d} | {t:g} | {r['k']} | {cat} | {_f(c['acceptance_rate'])} | "
+                     f"{_f(c['tokens_per_pass'])} | {_f(c.get('speedup'))} |")
+  return "\n".join(lines)

@@ -1,0 +1,230 @@
+"""Side-by-side benchmark: specjax and transformers, target alone and speculative.
+
+One run, same prompts (token ids), same stop ids, greedy, batch 1 per prompt. Rows:
+
+  specjax      target                     the target alone (baseline of its framework)
+  specjax      <drafter>                  each drafter of `config.drafters`
+  transformers greedy                     `generate` (baseline of its framework)
+  transformers prompt_lookup              `prompt_lookup_num_tokens=k`
+  transformers assisted                   `assistant_model=` the exported draft
+
+Measurements are interleaved: every repetition runs every row on every prompt, the
+row order rotating between repetitions, and each (row, prompt) keeps its fastest run,
+because the 2-core CPU is shared and noisy. Definitions of every field are in
+`ROW_FIELDS` and in experiments/benchmark/README.md.
+"""
+from __future__ import annotations
+
+import platform
+from typing import Optional
+
+from absl import logging
+
+from specjax.bench import common, costs, prompts as prompts_lib
+
+ROW_FIELDS = {
+    "framework": "specjax or transformers",
+    "row": "target | drafter spec/source | greedy | prompt_lookup | assisted",
+    "tokens_per_s": "new tokens / decode seconds, summed over prompts (fastest repetition each)",
+    "speedup": "tokens_per_s / tokens_per_s of the same framework's target-alone row",
+    "vs_hf_greedy": "tokens_per_s / tokens_per_s of transformers greedy generate",
+    "acceptance_rate": "alpha: accepted / checked draft positions (position i is checked "
+                       "when drafts 0..i-1 were accepted)",
+    "tokens_per_pass": "new tokens per verify pass (specjax: (accepted + rounds) / rounds; "
+                       "transformers: new tokens / target forward calls)",
+    "closed_form_tokens_per_pass": "(1 - alpha^(k+1)) / (1 - alpha)",
+    "c_step": "seconds of one 1-token target forward",
+    "c_round": "seconds of one round's forward work: c_draft(k) + c_verify(k)",
+    "ideal_speedup": "tokens_per_pass * c_step / c_round: the speedup if the decode loop "
+                     "cost nothing beyond the forward passes",
+    "ideal_speedup_closed_form": "the same with the closed form from alpha in place of "
+                                 "the measured tokens_per_pass",
+    "fraction_of_ideal": "speedup / ideal_speedup",
+    "identical_to_base": "greedy output equals the same framework's target-alone output "
+                         "on every prompt",
+}
+
+
+def _spec_row(framework, name, k, stats_or_summary, base_tps, hf_tps):
+  d = stats_or_summary
+  return {"framework": framework, "row": name, "k": k, "new_tokens": d["new_tokens"],
+          "wall_time_s": d["wall_time_s"], "tokens_per_s": d["tokens_per_s"],
+          "speedup": common.ratio(d["tokens_per_s"], base_tps),
+          "vs_hf_greedy": common.ratio(d["tokens_per_s"], hf_tps),
+          "acceptance_rate": d.get("acceptance_rate"),
+          "per_position_acceptance": d.get("per_position_acceptance"),
+          "tokens_per_pass": d.get("tokens_per_pass")}
+
+
+def run_benchmark(config, progress: bool = True) -> dict:
+  """Runs every row on every prompt (interleaved, best of config.repeats); returns results."""
+  import specjax
+  from specjax.decoding.stats import expected_tokens_per_pass
+  from specjax.loading import load_model
+  from tqdm import tqdm
+
+  k, max_new = int(config.k), int(config.max_new_tokens)
+  target = load_model(config.target)
+  rows = prompts_lib.select(config.prompts.source, config.prompts.per_category,
+                            prompts_lib.parse_list(config.prompts.categories))
+  ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
+  drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub)
+
+  # The runners: name -> callable(prompt index) -> (tokens, wall seconds, raw result).
+  runners = {("specjax", "target"): lambda i: specjax.generate(target, [ids[i]], max_new)}
+  for label, d in drafts.items():
+    runners[("specjax", label)] = (lambda d: lambda i: specjax.generate(
+        target, [ids[i]], max_new, draft=d, k=k))(d)
+
+  if config.hf.enabled:
+    from specjax.bench import peers
+    try:
+      hf_target = peers.load_hf(config.target)
+    except Exception as e:  # noqa: BLE001 - any failure of the peer only skips its rows
+      hf_target = None
+      skipped.append({"row": "transformers/*", "note": f"transformers could not load "
+                      f"{config.target!r}: {type(e).__name__}: {e}"})
+    if hf_target is not None:
+      hf = lambda mode, a=None: lambda i: peers.hf_generate(
+          hf_target, ids[i], max_new, target.eos_ids, mode=mode, k=k,
+          ngram=config.hf.max_matching_ngram_size, assistant=a)
+      runners[("transformers", "greedy")] = hf("greedy")
+      runners[("transformers", "prompt_lookup")] = hf("prompt_lookup")
+      assistant, note = _hf_assistant(config, drafts, peers)
+      if assistant is not None:
+        runners[("transformers", "assisted")] = hf("assisted", assistant)
+      else:
+        skipped.append({"row": "transformers/assisted", "note": note})
+
+  # Interleaved measurement, fastest run per (row, prompt).
+  best: dict = {}
+  names = list(runners)
+  total = int(config.repeats) * len(ids) * len(names)
+  bar = tqdm(total=total, desc="benchmark", disable=not progress)
+  for rep in range(int(config.repeats)):
+    order = names[rep % len(names):] + names[:rep % len(names)]
+    for i in range(len(ids)):
+      for name in order:
+        out = runners[name](i)
+        wall = out.stats.wall_time_s if name[0] == "specjax" else out["wall_time_s"]
+        if (name, i) not in best or wall < best[(name, i)][0]:
+          best[(name, i)] = (wall, out)
+        bar.update(1)
+  bar.close()
+
+  # Per-pass costs: specjax from jitted calls, transformers from the runs' own forward calls.
+  mean_len = int(sum(len(p) for p in ids) / len(ids))
+  ctx_len, max_len = mean_len + max_new // 2, costs.cache_len(max(len(p) for p in ids), max_new, k)
+  cost = {"context_len": ctx_len, "cache_len": max_len, "specjax": {}, "transformers": {}}
+  if config.costs.enabled:
+    tc = costs.target_costs(target, ctx_len, max_len, [k], n=config.costs.n,
+                            repeats=config.costs.repeats)
+    cost["specjax"] = {"c_step": tc["step"], "c_verify": tc["verify"][k], "c_draft": {}}
+    for label, d in drafts.items():
+      cost["specjax"]["c_draft"][label] = costs.draft_cost(
+          target, d, k, ctx_len, max_len, n=config.costs.n, repeats=config.costs.repeats)
+
+  results = []
+  base_tokens = {}
+  for name in names:
+    outs = [best[(name, i)][1] for i in range(len(ids))]
+    if name[0] == "specjax":
+      st = common.merge_stats([o.stats for o in outs])
+      d = st.to_dict()
+      toks = [o.tokens[0] for o in outs]
+    else:
+      d = peers.summarize(outs)
+      toks = [o["tokens"] for o in outs]
+    if name[1] in ("target", "greedy"):
+      base_tokens[name[0]] = toks
+    d["tokens"] = toks
+    results.append((name, d))
+
+  base_tps = {fw: d["tokens_per_s"] for (fw, r), d in results if r in ("target", "greedy")}
+  hf_tps = base_tps.get("transformers")
+  table = []
+  for (fw, r), d in results:
+    is_base = r in ("target", "greedy")
+    row = _spec_row(fw, r, 0 if is_base else k, d, base_tps.get(fw), hf_tps)
+    row["identical_to_base"] = d["tokens"] == base_tokens.get(fw)
+    row["same_as_specjax_target"] = sum(
+        a == b for a, b in zip(d["tokens"], base_tokens.get("specjax", []))) / len(ids)
+    alpha = row["acceptance_rate"]
+    row["closed_form_tokens_per_pass"] = (None if is_base or alpha is None
+                                          else expected_tokens_per_pass(alpha, k))
+    c_step = c_round = None
+    if fw == "specjax" and cost["specjax"]:
+      c_step = cost["specjax"]["c_step"]
+      c_round = (c_step if is_base else
+                 cost["specjax"]["c_verify"] + cost["specjax"]["c_draft"].get(r, 0.0))
+    elif fw == "transformers":
+      c_step = next((dd.get("c_step") for (f2, r2), dd in results
+                     if f2 == "transformers" and r2 == "greedy"), None)
+      c_round = c_step if is_base else d.get("c_round")
+    row["c_step"], row["c_round"] = c_step, c_round
+    tpp = 1.0 if is_base else row["tokens_per_pass"]
+    row["ideal_speedup"] = costs.ideal_speedup(tpp, c_step, c_round, 0.0) if c_round else None
+    row["ideal_speedup_closed_form"] = (
+        costs.ideal_speedup(row["closed_form_tokens_per_pass"], c_step, c_round, 0.0)
+        if c_round and not is_base else None)
+    row["fraction_of_ideal"] = common.ratio(row["speedup"], row["ideal_speedup"])
+    row["loop_efficiency"] = (row["tokens_per_s"] * c_round / tpp
+                              if c_round and tpp and row["tokens_per_s"] else None)
+    table.append(row)
+
+  return {"config": config.to_dict(), "prompts": rows,
+          "prompt_tokens": [len(p) for p in ids], "costs": cost, "rows": table,
+          "skipped": skipped, "fields": ROW_FIELDS,
+          "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                      "python": platform.python_version()}}
+
+
+def _hf_assistant(config, drafts: dict, peers):
+  """(transformers assistant model or None, note): config.hf.assistant or the draft's export."""
+  import os
+  candidates = [config.hf.assistant] if config.hf.assistant else [
+      name for name in drafts if not common.is_spec_string(name)]
+  if not candidates:
+    return None, ("no model draft available (the default draft is not registered and "
+                  "config.hf.assistant is empty); transformers assisted generation skipped")
+  for source in candidates:
+    try:
+      directory, gguf = peers.resolve_hf(source)
+    except Exception as e:  # noqa: BLE001
+      logging.warning("assistant %s: %s", source, e)
+      continue
+    if gguf is None and os.path.isfile(os.path.join(directory, "config.json")):
+      try:
+        return peers.load_hf(source), ""
+      except Exception as e:  # noqa: BLE001
+        return None, f"transformers could not load the exported draft {directory}: {e}"
+  return None, (f"no Hugging Face export found for {candidates} (need a directory with "
+                "config.json; write one with scripts/export_hf.py --hf_dir and set "
+                "--config.hf.assistant=DIR); transformers assisted generation skipped")
+
+
+def _f(x, spec="{:.2f}"):
+  return "-" if x is None else spec.format(x)
+
+
+def format_table(result: dict) -> str:
+  """The console table of `run_benchmark`'s rows, plus skipped rows and notes."""
+  head = (f"{'framework':<13}{'row':<22}{'tok/s':>8}{'x base':>8}{'x hf':>7}{'alpha':>7}"
+          f"{'tok/pass':>9}{'(cf)':>7}{'ideal x':>9}{'frac':>7}  same")
+  lines = [head, "-" * len(head)]
+  for r in result["rows"]:
+    lines.append(
+        f"{r['framework']:<13}{r['row'][:21]:<22}{_f(r['tokens_per_s'], '{:.1f}'):>8}"
+        f"{_f(r['speedup']):>8}{_f(r['vs_hf_greedy']):>7}{_f(r['acceptance_rate']):>7}"
+        f"{_f(r['tokens_per_pass']):>9}{_f(r['closed_form_tokens_per_pass']):>7}"
+        f"{_f(r['ideal_speedup']):>9}{_f(r['fraction_of_ideal']):>7}  "
+        f"{'yes' if r['identical_to_base'] else 'NO'}")
+  c = result["costs"].get("specjax") or {}
+  if c:
+    lines.append("")
+    lines.append(f"specjax per-pass costs (ms, context {result['costs']['context_len']}): "
+                 f"step {1e3 * c['c_step']:.2f}, verify(k+1) {1e3 * c['c_verify']:.2f}, " +
+                 ", ".join(f"draft[{n}] {1e3 * v:.2f}" for n, v in c["c_draft"].items()))
+  for s in result["skipped"]:
+    lines.append(f"skipped {s['row']}: {s['note']}")
+  return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""End-to-end runs of the experiment scripts on tiny configs in a tmp workdir (slow).
+
+A tiny random Llama target and a 1-layer draft sharing its tokenizer are written with
+transformers' `save_pretrained`, so both specjax and the transformers peer load them.
+Each script runs as a subprocess (as a user would run it) and the files it promises are
+checked: non-empty PNGs, parseable JSON with the documented fields.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 300
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+          "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def _save_tiny_llama(path, n_layers: int, seed: int, tokenizer_dir: str) -> str:
+  import shutil
+
+  import torch
+  import transformers
+  torch.manual_seed(seed)
+  cfg = transformers.LlamaConfig(
+      vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=n_layers,
+      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+  model = transformers.AutoModelForCausalLM.from_config(cfg)
+  with torch.no_grad():  # peaked logits: repetitive text, so the drafters get accepted
+    for p in model.parameters():
+      p.normal_(0.0, 0.3) if p.ndim > 1 else p.fill_(1.0)
+  model.save_pretrained(path)
+  for f in os.listdir(tokenizer_dir):
+    shutil.copy(os.path.join(tokenizer_dir, f), os.path.join(path, f))
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+  """(target_dir, draft_dir): 2-layer and 1-layer tiny Llamas with a shared BPE tokenizer."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  from transformers import PreTrainedTokenizerFast
+  specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+  tok.decoder = decoders.ByteLevel()
+  corpus = ["How can I make friends in a new city? Rewrite this sentence in a formal tone.",
+            "Please remember to submit your reports before the end of the week."] * 20
+  tok.train_from_iterator(corpus, trainers.BpeTrainer(
+      vocab_size=VOCAB - 10, special_tokens=specials, show_progress=False,
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                 eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                 chat_template=CHATML)
+  tok_dir = tmp_path_factory.mktemp("tok")
+  fast.save_pretrained(tok_dir)
+  target = _save_tiny_llama(tmp_path_factory.mktemp("target"), 2, 0, str(tok_dir))
+  draft = _save_tiny_llama(tmp_path_factory.mktemp("draft"), 1, 1, str(tok_dir))
+  return target, draft
+
+
+def _run(script: str, *flags: str) -> subprocess.CompletedProcess:
+  env = dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *flags],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  return proc
+
+
+def _png_ok(path: str) -> bool:
+  with open(path, "rb") as f:
+    return os.path.getsize(path) > 1000 and f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
+  target, _ = tiny_dirs
+  workdir = tmp_path / "curves"
+  proc = _run("acceptance_curves.py", "--config=configs/curves_tiny.py", f"--workdir={workdir}",
+              f"--config.target={target}", "--config.drafters=ngram:2,early_exit:1",
+              "--config.ks=1,2", "--config.temperatures=0,1", "--config.prompts.categories=chat",
+              "--noprogress")
+  assert "| drafter | T | k |" in proc.stdout
+  config = json.loads((workdir / "config.json").read_text())
+  assert config["target"] == target and config["ks"] == "1,2"
+  records = [json.loads(line) for line in (workdir / "curves.jsonl").read_text().splitlines()]
+  # 2 target-alone baselines + 2 drafters x 2 temperatures x 2 values of k.
+  assert len(records) == 2 + 2 * 2 * 2
+  for r in records:
+    for key in ("drafter", "k", "temperature", "acceptance_rate", "per_position_acceptance",
+                "tokens_per_pass", "closed_form_tokens_per_pass", "tokens_per_s",
+                "target_tokens_per_s", "speedup", "per_category"):
+      assert key in r, key
+    assert r["tokens_per_s"] > 0 and r["speedup"] > 0 and r["new_tokens"] > 0
+    assert set(r["per_category"]) == {"chat"}
+    if r["drafter"] == "none":
+      assert r["k"] == 0 and r["tokens_per_pass"] == 1.0 and r["speedup"] == 1.0
+    else:
+      assert len(r["per_position_acceptance"]) == r["k"]
+      assert 0.0 <= r["acceptance_rate"] <= 1.0
+      assert 1.0 <= r["tokens_per_pass"] <= r["k"] + 1
+      assert r["closed_form_tokens_per_pass"] == pytest.approx(
+          sum(r["acceptance_rate"] ** i for i in range(r["k"] + 1)))
+  for name in ("tokens_per_pass_vs_k.png", "per_position_acceptance.png", "speedup_vs_k.png",
+               "acceptance_by_category.png"):
+    assert _png_ok(str(workdir / name)), name
+  assert os.listdir(workdir / "tb"), "no TensorBoard event file"
+  assert "| ngram:2 |" in (workdir / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_benchmark_end_to_end(tiny_dirs, tmp_path):
+  """Draft = the target itself: alpha must be 1 in specjax AND in transformers' assisted
+  generation (whose acceptance is reconstructed from forward-call records)."""
+  target, _ = tiny_dirs
+  workdir, k = tmp_path / "bench", 2
+  proc = _run("benchmark.py", "--config=configs/benchmark_tiny.py", f"--workdir={workdir}",
+              f"--config.target={target}", f"--config.drafters=ngram:2,{target},missing-draft",
+              f"--config.k={k}", "--config.prompts.categories=chat", "--noprogress",
+              f"--json_out={tmp_path / 'out.json'}")
+  result = json.loads((workdir / "results.json").read_text())
+  assert json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
+  rows = {(r["framework"], r["row"]): r for r in result["rows"]}
+  assert set(rows) == {("specjax", "target"), ("specjax", "ngram:2"), ("specjax", target),
+                       ("transformers", "greedy"), ("transformers", "prompt_lookup"),
+                       ("transformers", "assisted")}
+  assert any(s["row"] == "missing-draft" for s in result["skipped"])
+  for r in rows.values():
+    for key in ("tokens_per_s", "speedup", "vs_hf_greedy", "acceptance_rate", "tokens_per_pass",
+                "closed_form_tokens_per_pass", "ideal_speedup", "fraction_of_ideal",
+                "identical_to_base"):
+      assert key in r, key
+    assert r["tokens_per_s"] > 0 and r["vs_hf_greedy"] > 0 and r["ideal_speedup"] > 0
+    assert r["identical_to_base"], r["row"]  # greedy speculative == greedy alone
+  assert rows[("specjax", "target")]["speedup"] == 1.0
+  assert rows[("transformers", "greedy")]["vs_hf_greedy"] == 1.0
+  for fw, name in (("specjax", target), ("transformers", "assisted")):
+    assert rows[(fw, name)]["acceptance_rate"] == 1.0, (fw, rows[(fw, name)])
+    assert rows[(fw, name)]["tokens_per_pass"] > 2.0
+  # Both frameworks decode the same ids with the same weights: same greedy output.
+  assert rows[("transformers", "greedy")]["same_as_specjax_target"] == 1.0
+  costs = result["costs"]["specjax"]
+  assert costs["c_step"] > 0 and costs["c_verify"] > 0 and set(costs["c_draft"]) == {"ngram:2", target}
+  assert "tok/s" in proc.stdout and "skipped missing-draft" in proc.stdout
