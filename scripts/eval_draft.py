@@ -18,7 +18,7 @@ import json
 import os
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -60,6 +60,7 @@ def step_cost_ms(params, cfg, n=30):
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)
   import numpy as np
   import specjax
   from types import SimpleNamespace
@@ -81,7 +82,7 @@ def main(argv):
   res["cost"] = {"target_step_ms": t_ms, "draft_step_ms": step_cost_ms(a_params, a_cfg)}
   res["cost"]["ratio"] = res["cost"]["draft_step_ms"] / t_ms
   print("cost", res["cost"], flush=True)
-  prompts = held[:FLAGS.num_prompts]
+  prompts = data_lib.spread(held, FLAGS.num_prompts)
   for temp in [float(t) for t in FLAGS.temperatures]:
     for k in [int(k) for k in FLAGS.ks]:
       row = {"temperature": temp, "k": k}
@@ -95,7 +96,7 @@ def main(argv):
   by_bucket = {}
   for p in held:
     by_bucket.setdefault(prompt_bucket(len(p)), []).append(p)
-  speed_set = max(by_bucket.values(), key=len)[:FLAGS.speed_prompts]
+  speed_set = data_lib.spread(max(by_bucket.values(), key=len), FLAGS.speed_prompts)
   for temp in [float(t) for t in FLAGS.temperatures]:
     def wall(draft=None, k=4):
       specjax.generate(target, [speed_set[0]], FLAGS.max_new, draft=draft, k=k, temperature=temp)  # compile

@@ -8,7 +8,9 @@
 tokenizer) that transformers can use as `assistant_model`.
 Takes the best-alpha checkpoint (--nobest: the latest).
 """
-from absl import app, flags
+import os
+
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -22,15 +24,18 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)
   from specjax.training import export
   from specjax.training.setup import setup_target
   from specjax.training.train import restore_draft
   config = FLAGS.config
   target, train_prompts, _ = setup_target(config)
-  cfg, params = restore_draft(config, FLAGS.workdir, target, train_prompts, best=FLAGS.best)
+  cfg, params, step = restore_draft(config, FLAGS.workdir, target, train_prompts,
+                                    best=FLAGS.best, with_step=True)
   if FLAGS.asset:
     export.save_asset(cfg, params, FLAGS.asset, target=config.target,
-                      config="configs/distill_smollm2.py" if config.target != "toy" else "configs/distill_tiny.py")
+                      config=os.path.relpath(config_flags.get_config_filename(FLAGS["config"])),
+                      checkpoint_step=step)
     print("asset:", FLAGS.asset)
   if FLAGS.hf_dir:
     export.export_hf(cfg, params, FLAGS.hf_dir, tokenizer=target.tokenizer, eos_ids=target.eos_ids,

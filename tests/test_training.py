@@ -268,3 +268,9 @@ def test_shipped_draft_greedy_output_equals_target_alone():
   spec = specjax.generate(target, ids, 24, draft=draft, k=4)
   assert spec.tokens == alone.tokens
   assert spec.stats.acceptance_rate > 0.3
+  # The registry name gives the same draft (materialised with the full head; exact either way).
+  reg = load_model("smollm2-135m-draft")
+  assert reg.cfg == draft.cfg
+  hv = np.asarray(draft.params["head_vocab"])
+  np.testing.assert_allclose(np.asarray(reg.logits(ids[0]))[:, hv],
+                             np.asarray(draft.logits(ids[0]))[:, hv], atol=1e-3)

@@ -53,6 +53,15 @@ def encode_prompts(model, rows: Sequence[dict], chat: bool = True, max_len: int 
   return out
 
 
+def spread(items: Sequence, n: int) -> list:
+  """n items evenly spaced over the sequence (all of them when n <= 0 or n >= len):
+  the held-out file is ordered by category, so this keeps every category represented."""
+  items = list(items)
+  if n <= 0 or n >= len(items):
+    return items
+  return [items[i] for i in np.linspace(0, len(items) - 1, n).round().astype(int)]
+
+
 def _bucket(n: int, multiple: int = 16) -> int:
   return max(multiple, -(-n // multiple) * multiple)
 

@@ -110,6 +110,7 @@ def export_hf(cfg: ModelConfig, params: dict, out_dir: str, tokenizer=None, eos_
   with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
     json.dump(hf_config(cfg, eos_ids, bos_id), f, indent=2)
   save_file(hf_tensors(cfg, params), os.path.join(out_dir, _NATIVE), metadata={"format": "pt"})
+  os.chmod(os.path.join(out_dir, _NATIVE), 0o644)
   with open(os.path.join(out_dir, META_FILE), "w", encoding="utf-8") as f:
     json.dump(_meta(params, **meta), f)
   if tokenizer is not None:
@@ -123,6 +124,7 @@ def save_asset(cfg: ModelConfig, params: dict, out_dir: str, *, target: str, **m
   os.makedirs(out_dir, exist_ok=True)
   tensors = {k: v.astype(np.float16) for k, v in hf_tensors(cfg, params, False).items()}
   save_file(tensors, os.path.join(out_dir, _NATIVE), metadata={"format": "pt"})
+  os.chmod(os.path.join(out_dir, _NATIVE), 0o644)
   with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
     json.dump(hf_config(cfg), f, indent=2)
   with open(os.path.join(out_dir, META_FILE), "w", encoding="utf-8") as f:

@@ -219,8 +219,9 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
   draft_cfg, draft_params, target_pool = prepare_draft(config, workdir, target, train_prompts, log)
   trainable_keys = draft_lib.TRAINABLE_KEYS + (("embed",) if config.draft.train_embeddings else ())
   trainable, frozen = draft_lib.split_params(draft_params, trainable_keys)
+  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
   heldout_pool = data_lib.cached_pool(_pool_path(workdir, "heldout_pool"), lambda: data_lib.sample_pool(
-      target.params, target.cfg, heldout_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+      target.params, target.cfg, eval_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
       key=jax.random.PRNGKey(0), eos_ids=target.eos_ids, temperature=0.0,
       batch_size=d.sample_batch_size))
 
@@ -280,7 +281,7 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
     params = full(state)
     m = {"heldout_top1_agree": heldout_agreement(params, draft_cfg, heldout_pool)}
     if ev.engine:
-      r = engine_eval(target, draft_cfg, params, heldout_prompts[:ev.num_prompts],
+      r = engine_eval(target, draft_cfg, params, eval_prompts,
                       max_new_tokens=ev.max_new_tokens, k=ev.k, temperature=ev.temperature,
                       seed=config.seed)
       m.update(alpha=r["alpha"], tokens_per_pass=r["tokens_per_pass"])
@@ -324,7 +325,8 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
   return summary
 
 
-def restore_draft(config, workdir: str, target, train_prompts, best: bool = True):
+def restore_draft(config, workdir: str, target, train_prompts, best: bool = True,
+                  with_step: bool = False):
   """The trained draft (cfg, full params) of a workdir: best-alpha (or latest) checkpoint."""
   draft_cfg, draft_params, _ = prepare_draft(config, workdir, target, train_prompts,
                                              log=lambda *_: None)
@@ -338,4 +340,6 @@ def restore_draft(config, workdir: str, target, train_prompts, best: bool = True
     state = ckpt.restore(like, best=best)
   finally:
     ckpt.close()
+  if with_step:
+    return draft_cfg, {**frozen, **state.params}, int(state.step)
   return draft_cfg, {**frozen, **state.params}
