@@ -84,7 +84,7 @@ def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
   workdir = tmp_path / "curves"
   proc = _run("acceptance_curves.py", "--config=configs/curves_tiny.py", f"--workdir={workdir}",
               f"--config.target={target}", "--config.drafters=ngram:2,early_exit:1",
-              "--config.ks=1,2", "--config.temperatures=0,1", "--config.prompts.categories=chat",
+              "--config.ks=1,2", "--config.temperatures=0,1", "--config.batch_by_category=False",
               "--noprogress")
   assert "| drafter | T | k |" in proc.stdout
   config = json.loads((workdir / "config.json").read_text())
@@ -98,7 +98,8 @@ def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
                 "target_tokens_per_s", "speedup", "per_category"):
       assert key in r, key
     assert r["tokens_per_s"] > 0 and r["speedup"] > 0 and r["new_tokens"] > 0
-    assert set(r["per_category"]) == {"chat"}
+    assert set(r["per_category"]) == {"chat", "rewrite"}  # one batch: no per-category speed
+    assert all(c["speedup"] is None and c["new_tokens"] > 0 for c in r["per_category"].values())
     if r["drafter"] == "none":
       assert r["k"] == 0 and r["tokens_per_pass"] == 1.0 and r["speedup"] == 1.0
     else:

@@ -38,7 +38,7 @@ def load_drafts(names, allow_hub: bool = False) -> tuple[dict, list]:
       continue
     try:
       drafts[name] = load_model(name)
-    except (LoadError, OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - a draft that fails to load only skips its row
       skipped.append({"row": name, "note": f"draft {name!r} failed to load: {e}"})
   return drafts, skipped
 
@@ -50,6 +50,15 @@ def merge_stats(stats: list) -> SpecStats:
                    draft_passes=cat("draft_passes"), rounds=cat("rounds"), checked=cat("checked"),
                    accepted=cat("accepted"), wall_time_s=float(sum(s.wall_time_s for s in stats)),
                    compile_time_s=float(sum(s.compile_time_s for s in stats)))
+
+
+def select_rows(stats: SpecStats, rows, wall_time_s: float = 0.0) -> SpecStats:
+  """The counters of some rows of a (merged) run; wall_time_s 0 when not separable."""
+  idx = np.asarray(list(rows), dtype=np.int64)
+  pick = lambda f: np.asarray(getattr(stats, f))[idx]
+  return SpecStats(k=stats.k, new_tokens=pick("new_tokens"), target_passes=pick("target_passes"),
+                   draft_passes=pick("draft_passes"), rounds=pick("rounds"),
+                   checked=pick("checked"), accepted=pick("accepted"), wall_time_s=wall_time_s)
 
 
 def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:

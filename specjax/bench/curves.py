@@ -4,8 +4,9 @@ Per setting the sweep records (see `RECORD_FIELDS`) acceptance per draft positio
 alpha, tokens per target pass beside the closed form (1 - alpha^(k+1)) / (1 - alpha),
 and the speedup over the target alone measured in the same run, at the same
 temperature, on the same prompts and batches. Prompts are decoded in batches of
-`batch_size` rows of one category (0: the whole category), so every figure also
-exists per category.
+`batch_size` rows (0: all), of one category each when `batch_by_category`; acceptance
+figures always exist per category (from per-row counters), speed figures per category
+only when the calls were split by category.
 
 Outputs in the workdir: curves.jsonl (one record per setting), tb/ (TensorBoard
 scalars, x axis = k), tokens_per_pass_vs_k.png, per_position_acceptance.png,
@@ -38,13 +39,14 @@ RECORD_FIELDS = {
 }
 
 
-def _batches(rows: list, batch_size: int) -> list[list[int]]:
-  """Indices of rows grouped by category, chunked into batch_size (0: whole category)."""
-  by_cat: dict = {}
+def _batches(rows: list, batch_size: int, by_category: bool) -> list[list[int]]:
+  """Row indices in generate calls of at most batch_size rows (0: as many as possible),
+  each call holding one category when by_category (so each category has its own time)."""
+  groups: dict = {}
   for i, r in enumerate(rows):
-    by_cat.setdefault(r["category"], []).append(i)
+    groups.setdefault(r["category"] if by_category else "", []).append(i)
   out = []
-  for idx in by_cat.values():
+  for idx in groups.values():
     step = batch_size or len(idx)
     out += [idx[j:j + step] for j in range(0, len(idx), step)]
   return out
@@ -73,7 +75,8 @@ def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
   rows = prompts_lib.select(config.prompts.source, config.prompts.per_category,
                             prompts_lib.parse_list(config.prompts.categories))
   ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
-  batches = _batches(rows, int(config.batch_size))
+  batches = _batches(rows, int(config.batch_size), bool(config.batch_by_category))
+  order = [i for b in batches for i in b]  # row order of the merged stats
   drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub)
   ks = [int(x) for x in prompts_lib.parse_list(config.ks)]
   temps = [float(x) for x in prompts_lib.parse_list(config.temperatures)]
@@ -94,11 +97,16 @@ def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
                       draft=draft, k=max(k, 1), temperature=t, top_k=int(config.top_k),
                       top_p=float(config.top_p), seed=int(config.seed))
         per_batch.append(res.stats)
-      rec = {"drafter": label, "k": k, "temperature": t,
-             **_summary(common.merge_stats(per_batch), k), "per_category": {}}
+      merged = common.merge_stats(per_batch)
+      rec = {"drafter": label, "k": k, "temperature": t, **_summary(merged, k),
+             "per_category": {}}
       for cat in dict.fromkeys(r["category"] for r in rows):
-        cat_stats = [s for s, b in zip(per_batch, batches) if rows[b[0]]["category"] == cat]
-        rec["per_category"][cat] = _summary(common.merge_stats(cat_stats), k)
+        pos = [j for j, i in enumerate(order) if rows[i]["category"] == cat]
+        own = [s for s, b in zip(per_batch, batches) if all(rows[i]["category"] == cat for i in b)]
+        # A category's time is known when its rows were decoded in calls of their own.
+        wall = sum(s.wall_time_s for s in own) if sum(len(s.new_tokens) for s in own) == len(
+            pos) else 0.0
+        rec["per_category"][cat] = _summary(common.select_rows(merged, pos, wall), k)
       if label == "none":
         base[t] = rec
       tb = base[t]
