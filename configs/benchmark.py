@@ -23,6 +23,7 @@ def get_config():
   c.prompts = ml_collections.ConfigDict(dict(
       source="repeat+heldout",  # "+"-joined: repeat, heldout, builtin (specjax/bench/prompts.py)
       per_category=1,  # first N prompts of each category of each source (0: all)
+      ids="",  # comma-separated prompt ids to keep ("" = all)
       categories="",  # comma-separated filter, e.g. "rewrite,code_edit" ("" = all)
       chat=True))
   c.hf = ml_collections.ConfigDict(dict(

@@ -23,7 +23,7 @@ def get_config():
   c.seed = 0
   c.max_new_tokens = 48
   c.prompts = ml_collections.ConfigDict(dict(
-      source="heldout", per_category=1, categories="", chat=True))
+      source="heldout", per_category=1, categories="", ids="", chat=True))
   c.batch_size = 0  # rows per generate call (0: as many as possible)
   c.batch_by_category = False  # one category per call: per-category speed (more compiles)
   c.repeats = 1  # timed runs per batch; the fastest counts

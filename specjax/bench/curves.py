@@ -73,7 +73,8 @@ def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
 
   target = load_model(config.target)
   rows = prompts_lib.select(config.prompts.source, config.prompts.per_category,
-                            prompts_lib.parse_list(config.prompts.categories))
+                            prompts_lib.parse_list(config.prompts.categories),
+                            prompts_lib.parse_list(config.prompts.get("ids", "")))
   ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
   batches = _batches(rows, int(config.batch_size), bool(config.batch_by_category))
   order = [i for b in batches for i in b]  # row order of the merged stats

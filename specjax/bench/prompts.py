@@ -73,19 +73,22 @@ SOURCES = {"heldout": heldout, "repeat": lambda: list(REPEAT), "builtin": lambda
 
 
 def select(spec: str = "heldout", per_category: int = 1,
-           categories: Optional[Iterable[str]] = None) -> list[dict]:
+           categories: Optional[Iterable[str]] = None,
+           ids: Optional[Iterable[str]] = None) -> list[dict]:
   """Rows from "+"-joined sources, the first `per_category` of each category (0: all).
 
   categories: keep only these (None or empty: all), in the sources' order.
+  ids: keep only these prompt ids (None or empty: all); per_category still applies.
   """
   keep = {c for c in (categories or []) if c}
+  want = {i for i in (ids or []) if i}
   rows, counts = [], {}
   for name in [s for s in spec.split("+") if s]:
     if name not in SOURCES:
       raise ValueError(f"Unknown prompt source {name!r}; use {'+'.join(SOURCES)} (joined by '+').")
     for r in SOURCES[name]():
       cat = r["category"]
-      if keep and cat not in keep:
+      if (keep and cat not in keep) or (want and r["id"] not in want):
         continue
       if per_category and counts.get((name, cat), 0) >= per_category:
         continue

@@ -66,7 +66,8 @@ def run_benchmark(config, progress: bool = True) -> dict:
   k, max_new = int(config.k), int(config.max_new_tokens)
   target = load_model(config.target)
   rows = prompts_lib.select(config.prompts.source, config.prompts.per_category,
-                            prompts_lib.parse_list(config.prompts.categories))
+                            prompts_lib.parse_list(config.prompts.categories),
+                            prompts_lib.parse_list(config.prompts.get("ids", "")))
   ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
   drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub)
 
