@@ -29,6 +29,10 @@ def get_config():
   c.hf = ml_collections.ConfigDict(dict(
       enabled=True,  # transformers rows (imports torch inside specjax/bench/peers.py)
       max_matching_ngram_size=3,  # prompt lookup: like specjax's ngram:3
-      assistant=""))  # HF directory of the draft ("" = the export of a model drafter, if any)
+      assistant="",  # HF directory of the draft ("" = the export of a model drafter, if any)
+      # torch intra-op threads (0: torch's default). On the shared 2-core CPU torch's two
+      # OpenMP threads ran a SmolLM2 decode step 5x slower than one thread (0.26 s vs
+      # 0.05 s), while XLA's step time did not depend on its thread setting.
+      torch_threads=1))
   c.costs = ml_collections.ConfigDict(dict(enabled=True, n=5, repeats=3))  # per-pass timings
   return c

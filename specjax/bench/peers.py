@@ -47,6 +47,13 @@ def load_hf(source: str):
   return model.eval()
 
 
+def set_threads(n: int) -> None:
+  """torch intra-op threads (0: leave torch's default)."""
+  if n > 0:
+    import torch
+    torch.set_num_threads(n)
+
+
 class _Recorder:
   """Forward pre/post hooks recording (cache length, input length, seconds) per call."""
 

@@ -79,6 +79,7 @@ def run_benchmark(config, progress: bool = True) -> dict:
 
   if config.hf.enabled:
     from specjax.bench import peers
+    peers.set_threads(int(config.hf.get("torch_threads", 0)))
     try:
       hf_target = peers.load_hf(config.target)
     except Exception as e:  # noqa: BLE001 - any failure of the peer only skips its rows
