@@ -31,13 +31,13 @@ def get_config():
       teacher="topk", teacher_top_k=32, samples_per_prompt=1,
       max_new_tokens=128, seq_len=256, temperature=1.0, sample_batch_size=16))
   c.loss = ml_collections.ConfigDict(dict(name="fkl", beta=0.5))
-  c.optim = ml_collections.ConfigDict(dict(lr=3e-4, warmup_steps=30, end_lr_fraction=0.1,
+  c.optim = ml_collections.ConfigDict(dict(lr=1e-3, warmup_steps=20, end_lr_fraction=0.1,
                                            weight_decay=0.01, clip_norm=1.0, b1=0.9, b2=0.98))
   c.batch_size = 16
-  c.num_steps = 600
+  c.num_steps = 300
   c.log_every = 5
-  c.ckpt_every = 50
+  c.ckpt_every = 25
   c.keep_checkpoints = 2
-  c.eval = ml_collections.ConfigDict(dict(every=150, engine=True, num_prompts=16, max_new_tokens=64,
+  c.eval = ml_collections.ConfigDict(dict(every=50, engine=True, num_prompts=16, max_new_tokens=48,
                                           k=4, temperature=0.0))
   return c

@@ -62,8 +62,9 @@ def spread(items: Sequence, n: int) -> list:
   return [items[i] for i in np.linspace(0, len(items) - 1, n).round().astype(int)]
 
 
-def _bucket(n: int, multiple: int = 16) -> int:
-  return max(multiple, -(-n // multiple) * multiple)
+def _bucket(n: int) -> int:
+  """Prompt buckets are powers of two (at least 16): few shapes, few compiles."""
+  return max(16, 1 << (max(n, 1) - 1).bit_length())
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new", "sampling", "top_k"))

@@ -221,7 +221,7 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
   trainable, frozen = draft_lib.split_params(draft_params, trainable_keys)
   eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
   heldout_pool = data_lib.cached_pool(_pool_path(workdir, "heldout_pool"), lambda: data_lib.sample_pool(
-      target.params, target.cfg, eval_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+      target.params, target.cfg, heldout_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
       key=jax.random.PRNGKey(0), eos_ids=target.eos_ids, temperature=0.0,
       batch_size=d.sample_batch_size))
 
