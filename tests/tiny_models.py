@@ -10,6 +10,9 @@ import numpy as np
 from specjax.models import ModelConfig, forward, init_params
 
 
+_logits = jax.jit(lambda params, cfg, tokens: forward(params, cfg, tokens)[0], static_argnums=1)
+
+
 @dataclasses.dataclass
 class TinyModel:
   cfg: ModelConfig
@@ -19,7 +22,7 @@ class TinyModel:
   eos_ids: tuple = ()
 
   def logits(self, tokens):
-    return forward(self.params, self.cfg, jax.numpy.asarray(tokens))[0]
+    return _logits(self.params, self.cfg, jax.numpy.asarray(tokens))
 
 
 def tiny(family="llama", vocab=61, layers=3, seed=0, std=0.3, eos_ids=(), **kw) -> TinyModel:
@@ -35,12 +38,18 @@ def random_prompts(n, vocab, lo=1, hi=12, seed=0):
   return [rng.integers(0, vocab, size=int(rng.integers(lo, hi + 1))).tolist() for _ in range(n)]
 
 
-def reference_greedy(model: TinyModel, prompt, max_new, eos_ids=()):
-  """Greedy decoding by full cache-free forwards, one token at a time."""
+def reference_greedy(model: TinyModel, prompt, max_new, eos_ids=(), width=64):
+  """Greedy decoding by full cache-free forwards, one token at a time.
+
+  Rows are right-padded to one width (one compile); causal attention keeps the
+  padding out of the logits at real positions.
+  """
   ids = list(prompt)
   out = []
   for _ in range(max_new):
-    logits = model.logits(np.array([ids]))[0, -1]
+    padded = np.zeros((1, width), np.int32)
+    padded[0, :len(ids)] = ids
+    logits = model.logits(padded)[0, len(ids) - 1]
     t = int(np.argmax(np.asarray(logits)))
     out.append(t)
     ids.append(t)
