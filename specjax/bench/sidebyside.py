@@ -140,6 +140,15 @@ def run_benchmark(config, progress: bool = True) -> dict:
     if name[1] in ("target", "greedy"):
       base_tokens[name[0]] = toks
     d["tokens"] = toks
+    d["by_category"] = {}
+    for cat in dict.fromkeys(r["category"] for r in rows):
+      idx = [i for i, r in enumerate(rows) if r["category"] == cat]
+      if name[0] == "specjax":
+        sub = common.merge_stats([outs[i].stats for i in idx]).to_dict()
+      else:
+        sub = peers.summarize([outs[i] for i in idx])
+      d["by_category"][cat] = {key: sub[key] for key in (
+          "new_tokens", "wall_time_s", "tokens_per_s", "acceptance_rate", "tokens_per_pass")}
     results.append((name, d))
 
   base_tps = {fw: d["tokens_per_s"] for (fw, r), d in results if r in ("target", "greedy")}
@@ -172,6 +181,10 @@ def run_benchmark(config, progress: bool = True) -> dict:
     row["fraction_of_ideal"] = common.ratio(row["speedup"], row["ideal_speedup"])
     row["loop_efficiency"] = (row["tokens_per_s"] * c_round / tpp
                               if c_round and tpp and row["tokens_per_s"] else None)
+    base_d = next(dd for (f2, r2), dd in results if f2 == fw and r2 in ("target", "greedy"))
+    row["by_category"] = d["by_category"]
+    for cat, c in row["by_category"].items():
+      c["speedup"] = common.ratio(c["tokens_per_s"], base_d["by_category"][cat]["tokens_per_s"])
     table.append(row)
 
   return {"config": config.to_dict(), "prompts": rows,
@@ -221,6 +234,16 @@ def format_table(result: dict) -> str:
         f"{_f(r['tokens_per_pass']):>9}{_f(r['closed_form_tokens_per_pass']):>7}"
         f"{_f(r['ideal_speedup']):>9}{_f(r['fraction_of_ideal']):>7}  "
         f"{'yes' if r['identical_to_base'] else 'NO'}")
+  cats = list(dict.fromkeys(p["category"] for p in result["prompts"]))
+  lines += ["", "speedup over the same framework's target alone, by prompt category "
+            "(alpha in brackets):", f"{'':<13}{'':<22}" + "".join(f"{c[:15]:>16}" for c in cats)]
+  for r in result["rows"]:
+    cells = []
+    for c in cats:
+      x = r["by_category"].get(c, {})
+      a = x.get("acceptance_rate")
+      cells.append(f"{_f(x.get('speedup'))} ({_f(a)})" if a is not None else _f(x.get("speedup")))
+    lines.append(f"{r['framework']:<13}{r['row'][:21]:<22}" + "".join(f"{c:>16}" for c in cells))
   c = result["costs"].get("specjax") or {}
   if c:
     lines.append("")
