@@ -20,7 +20,10 @@ _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JS
 
 def main(argv):
   del argv
-  result = card.run_card(_CONFIG.value)
+  try:
+    result = card.run_card(_CONFIG.value)
+  except ValueError as e:  # LoadError and bad settings: say what is wrong, no traceback
+    sys.exit(f"error: {e}")
   print(card.format_card(result))
   if _JSON_OUT.value:
     with open(_JSON_OUT.value, "w") as f:
