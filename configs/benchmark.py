@@ -14,8 +14,11 @@ import ml_collections
 def get_config():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
-  # Comma-separated: "ngram:N", "early_exit:N" or model sources (registry name, directory).
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
+  # Comma-separated: "ngram:N", "early_exit:N", model sources (registry name, directory) or
+  # "asset:DIR" (a shipped draft asset with its reduced output head; the registry name
+  # smollm2-135m-draft gives the same draft with the full 49152-token head, as exported
+  # for transformers).
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,asset:specjax/assets/smollm2-135m-draft"
   c.allow_hub = False  # look unregistered draft names up on the Hugging Face hub
   c.k = 4
   c.max_new_tokens = 64
@@ -24,7 +27,7 @@ def get_config():
       source="repeat+heldout",  # "+"-joined: repeat, heldout, builtin (specjax/bench/prompts.py)
       per_category=1,  # first N prompts of each category of each source (0: all)
       ids="",  # comma-separated prompt ids to keep ("" = all)
-      categories="",  # comma-separated filter, e.g. "rewrite,code_edit" ("" = all)
+      categories="",  # comma-separated filter, e.g. "chat,repeat_code_edit" ("" = all)
       chat=True))
   c.hf = ml_collections.ConfigDict(dict(
       enabled=True,  # transformers rows (imports torch inside specjax/bench/peers.py)

@@ -1,6 +1,7 @@
 """Drafter comparison by prompt category (chat, code, math, rewrite, summarise,
 extraction, creative from the held-out set; plus the built-in prompts that repeat
-their input: rewrite, extraction, code_edit), k = 4, greedy, speed per category.
+their input: repeat_rewrite, repeat_extract, repeat_code_edit), k = 4, greedy, batch 1,
+speed per category.
 
     python scripts/acceptance_curves.py --config=experiments/drafter_by_category/config.py \
         --workdir=experiments/drafter_by_category/run
@@ -10,12 +11,12 @@ from configs import curves
 
 def get_config():
   c = curves.get_config()
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
+  c.drafters = "ngram:3,early_exit:6,asset:specjax/assets/smollm2-135m-draft"
   c.ks = "4"
   c.temperatures = "0.0"
   c.max_new_tokens = 48
   c.prompts.source = "heldout+repeat"
-  c.prompts.per_category = 2
-  c.batch_size = 0
-  c.batch_by_category = True  # each category decoded in its own call: per-category speedup
+  c.prompts.per_category = 1  # 7 held-out + 3 repeat-the-input prompts
+  c.batch_size = 1  # batch 1, as in the benchmark: per-prompt latency speedups
+  c.batch_by_category = True  # each call holds one category: per-category speedup
   return c

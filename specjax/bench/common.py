@@ -17,11 +17,14 @@ def is_spec_string(draft: str) -> bool:
   return draft.partition(":")[0] in SPEC_KINDS
 
 
-def load_drafts(names, allow_hub: bool = False) -> tuple[dict, list]:
+def load_drafts(names, allow_hub: bool = False, target=None) -> tuple[dict, list]:
   """{label: drafter for generate} and [{"row", "note"}] for the ones skipped.
 
-  Spec strings pass through; model sources are loaded once. A source that is neither
-  a registry name nor an existing path is skipped (no hub lookup) unless allow_hub.
+  Spec strings pass through; model sources are loaded once. "asset:DIR" loads a shipped
+  draft asset with its reduced output head (`specjax.training.export.load_asset`, the
+  embeddings taken from `target`), where the registry name of the same draft gives the
+  full-vocabulary export. A source that is neither a registry name nor an existing
+  path is skipped (no hub lookup) unless allow_hub.
   """
   from specjax.loading import load_model
   from specjax.loading import registry
@@ -29,6 +32,17 @@ def load_drafts(names, allow_hub: bool = False) -> tuple[dict, list]:
   for name in names:
     if is_spec_string(name):
       drafts[name] = name
+      continue
+    if name.startswith("asset:"):
+      try:
+        from specjax.training.export import load_asset
+        path = os.path.expanduser(name[len("asset:"):])
+        if not os.path.isabs(path) and not os.path.exists(path):  # relative to the repo root
+          path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+              os.path.abspath(__file__)))), path)
+        drafts["asset:" + os.path.basename(os.path.normpath(path))] = load_asset(path, target=target)
+      except Exception as e:  # noqa: BLE001 - a draft that fails to load only skips its row
+        skipped.append({"row": name, "note": f"draft asset {name!r} failed to load: {e}"})
       continue
     if not allow_hub and name not in registry.REGISTRY and not os.path.exists(
         os.path.expanduser(name)):

@@ -78,7 +78,8 @@ def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
   ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
   batches = _batches(rows, int(config.batch_size), bool(config.batch_by_category))
   order = [i for b in batches for i in b]  # row order of the merged stats
-  drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub)
+  drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub,
+                                        target)
   ks = [int(x) for x in prompts_lib.parse_list(config.ks)]
   temps = [float(x) for x in prompts_lib.parse_list(config.temperatures)]
   with open(os.path.join(workdir, "prompts.json"), "w") as f:

@@ -5,8 +5,9 @@ Two sources, each a list of rows {"id", "category", "text"}:
 * "heldout": the distillation prompt set's held-out split (`specjax/data/`), so drafts
   are never measured on prompts they were trained on; falls back to "builtin" when the
   data files are absent.
-* "repeat": built-in prompts whose answer repeats much of the input (rewrite, extract,
-  edit code): the case where prompt lookup (n-gram drafting) should shine.
+* "repeat": built-in prompts whose answer repeats much of the input (categories
+  repeat_rewrite, repeat_extract, repeat_code_edit): the case where prompt lookup
+  (n-gram drafting) should shine.
 * "builtin": a small fixed list, one prompt per category, for when nothing else is there.
 
 `select(spec, per_category, categories)` combines them, e.g. "repeat+heldout".
@@ -20,22 +21,22 @@ from typing import Iterable, Optional
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 REPEAT = [
-    {"id": "repeat-rewrite-0", "category": "rewrite",
+    {"id": "repeat-rewrite-0", "category": "repeat_rewrite",
      "text": "Rewrite the following paragraph in plain, simple English, keeping every fact: The "
              "municipal council convened on Tuesday evening to deliberate on the proposed expansion "
              "of the public library. After extensive discussion, the council voted seven to two in "
              "favour of allocating additional funds for the construction of a new reading room, a "
              "children's section and an expanded digital archive."},
-    {"id": "repeat-extract-0", "category": "extraction",
+    {"id": "repeat-extract-0", "category": "repeat_extract",
      "text": "Copy every sentence of this text that mentions a date, word for word, one per line:\n\n"
              "The museum opened on 3 March 1998 in the old railway station. Its first director was "
              "Anna Keller. On 12 June 2004 a new wing for modern art was added. The building was "
              "renovated between 2015 and 2017. Entry has been free on Sundays since 1 January 2019."},
-    {"id": "repeat-code-0", "category": "code_edit",
+    {"id": "repeat-code-0", "category": "repeat_code_edit",
      "text": "Rename the variable `total` to `running_sum` in this Python function and return the "
              "whole function:\n\n```python\ndef sum_positive(values):\n    total = 0\n    for value "
              "in values:\n        if value > 0:\n            total = total + value\n    return total\n```"},
-    {"id": "repeat-code-1", "category": "code_edit",
+    {"id": "repeat-code-1", "category": "repeat_code_edit",
      "text": "Add type hints to this Python function and return the whole function unchanged "
              "otherwise:\n\n```python\ndef count_words(text, min_length):\n    counts = {}\n    for "
              "word in text.split():\n        if len(word) >= min_length:\n            counts[word] = "
@@ -47,7 +48,7 @@ BUILTIN = [
     {"id": "builtin-code", "category": "code",
      "text": "Write a Python function that checks whether a number is prime."},
     {"id": "builtin-math", "category": "math", "text": "Solve for x: 12x + 20 = 596."},
-    {"id": "builtin-rewrite", "category": "rewrite",
+    {"id": "builtin-rewrite", "category": "repeat_rewrite",
      "text": "Rewrite this sentence in a more formal tone: Please remember to submit your reports "
              "before the end of the week."},
     {"id": "builtin-summarise", "category": "summarise",

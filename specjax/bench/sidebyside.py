@@ -69,7 +69,8 @@ def run_benchmark(config, progress: bool = True) -> dict:
                             prompts_lib.parse_list(config.prompts.categories),
                             prompts_lib.parse_list(config.prompts.get("ids", "")))
   ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
-  drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub)
+  drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub,
+                                        target)
 
   # The runners: name -> callable(prompt index) -> (tokens, wall seconds, raw result).
   runners = {("specjax", "target"): lambda i: specjax.generate(target, [ids[i]], max_new)}
@@ -198,7 +199,7 @@ def _hf_assistant(config, drafts: dict, peers):
   """(transformers assistant model or None, note): config.hf.assistant or the draft's export."""
   import os
   candidates = [config.hf.assistant] if config.hf.assistant else [
-      name for name in drafts if not common.is_spec_string(name)]
+      name for name in drafts if not common.is_spec_string(name) and ":" not in name]
   if not candidates:
     return None, ("no model draft available (the default draft is not registered and "
                   "config.hf.assistant is empty); transformers assisted generation skipped")
@@ -224,26 +225,26 @@ def _f(x, spec="{:.2f}"):
 
 def format_table(result: dict) -> str:
   """The console table of `run_benchmark`'s rows, plus skipped rows and notes."""
-  head = (f"{'framework':<13}{'row':<22}{'tok/s':>8}{'x base':>8}{'x hf':>7}{'alpha':>7}"
+  head = (f"{'framework':<13}{'row':<26}{'tok/s':>8}{'x base':>8}{'x hf':>7}{'alpha':>7}"
           f"{'tok/pass':>9}{'(cf)':>7}{'ideal x':>9}{'frac':>7}  same")
   lines = [head, "-" * len(head)]
   for r in result["rows"]:
     lines.append(
-        f"{r['framework']:<13}{r['row'][:21]:<22}{_f(r['tokens_per_s'], '{:.1f}'):>8}"
+        f"{r['framework']:<13}{r['row'][:25]:<26}{_f(r['tokens_per_s'], '{:.1f}'):>8}"
         f"{_f(r['speedup']):>8}{_f(r['vs_hf_greedy']):>7}{_f(r['acceptance_rate']):>7}"
         f"{_f(r['tokens_per_pass']):>9}{_f(r['closed_form_tokens_per_pass']):>7}"
         f"{_f(r['ideal_speedup']):>9}{_f(r['fraction_of_ideal']):>7}  "
         f"{'yes' if r['identical_to_base'] else 'NO'}")
   cats = list(dict.fromkeys(p["category"] for p in result["prompts"]))
   lines += ["", "speedup over the same framework's target alone, by prompt category "
-            "(alpha in brackets):", f"{'':<13}{'':<22}" + "".join(f"{c[:15]:>16}" for c in cats)]
+            "(alpha in brackets):", f"{'':<13}{'':<26}" + "".join(f"{c[:15]:>16}" for c in cats)]
   for r in result["rows"]:
     cells = []
     for c in cats:
       x = r["by_category"].get(c, {})
       a = x.get("acceptance_rate")
       cells.append(f"{_f(x.get('speedup'))} ({_f(a)})" if a is not None else _f(x.get("speedup")))
-    lines.append(f"{r['framework']:<13}{r['row'][:21]:<22}" + "".join(f"{c:>16}" for c in cells))
+    lines.append(f"{r['framework']:<13}{r['row'][:25]:<26}" + "".join(f"{c:>16}" for c in cells))
   c = result["costs"].get("specjax") or {}
   if c:
     lines.append("")
