@@ -15,10 +15,8 @@ def get_config():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
   # Comma-separated: "ngram:N", "early_exit:N", model sources (registry name, directory) or
-  # "asset:DIR" (a shipped draft asset with its reduced output head; the registry name
-  # smollm2-135m-draft gives the same draft with the full 49152-token head, as exported
-  # for transformers).
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,asset:specjax/assets/smollm2-135m-draft"
+  # "asset:DIR" (a draft asset directory with its reduced output head, as shipped).
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
   c.allow_hub = False  # look unregistered draft names up on the Hugging Face hub
   c.k = 4
   c.max_new_tokens = 64

@@ -1,7 +1,7 @@
 """Measures a draft before and after distillation on the held-out prompts.
 
     nice python scripts/eval_draft.py --config=configs/distill_smollm2.py \
-        --workdir=/tmp/distill_smollm2 --asset=specjax/assets/smollm2-135m-draft \
+        --asset=specjax/assets/smollm2-135m-draft \
         --out=experiments/distill_smollm2/results.json
 
 For the draft at initialisation ("before": the config's draft built from the target,
@@ -23,7 +23,8 @@ from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "The distillation config.", lock_config=True)
-flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, checkpoints).")
+flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, checkpoints); "
+                    "needed without --asset.")
 flags.DEFINE_string("asset", None, "The distilled draft asset (default: best checkpoint).")
 flags.DEFINE_string("out", None, "Write the results JSON here.")
 flags.DEFINE_integer("num_prompts", 32, "Held-out prompts for the alpha table.")
@@ -32,7 +33,7 @@ flags.DEFINE_list("ks", [str(k) for k in range(1, 9)], "Draft lengths.")
 flags.DEFINE_list("temperatures", ["0", "1"], "Sampling temperatures.")
 flags.DEFINE_integer("speed_prompts", 6, "Prompts for the batch-1 speedup.")
 flags.DEFINE_list("speed_ks", ["3", "4", "5"], "k values for the batch-1 speedup.")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["config"])
 
 
 def step_cost_ms(params, cfg, n=30):
@@ -68,12 +69,23 @@ def main(argv):
   from specjax.training.setup import setup_target
   from specjax.training.train import prepare_draft, restore_draft
   config = FLAGS.config
+  if not FLAGS.asset and not FLAGS.workdir:
+    raise app.UsageError("Pass --asset=DIR (a draft asset) or --workdir=DIR (a distillation run).")
   target, train_prompts, held = setup_target(config)
-  b_cfg, b_params, _ = prepare_draft(config, FLAGS.workdir, target, train_prompts, log=lambda *_: 0)
   if FLAGS.asset:
+    # "before": the config's initialisation with the asset's own reduced vocabulary (the
+    # one the trainer chose), so no target pool needs sampling.
+    import jax
+    from specjax.training.draft import build_draft
     after = export.load_asset(FLAGS.asset, target=target)
     a_cfg, a_params = after.cfg, after.params
+    b_cfg, b_params = build_draft(
+        target.cfg, target.params, n_layers=config.draft.n_layers, init=config.draft.init,
+        key=jax.random.fold_in(jax.random.PRNGKey(config.seed), 2),
+        head_vocab=a_params.get("head_vocab"), init_std=config.draft.get("init_std", 0.02))
   else:
+    b_cfg, b_params, _ = prepare_draft(config, FLAGS.workdir, target, train_prompts,
+                                       log=lambda *_: 0)
     a_cfg, a_params = restore_draft(config, FLAGS.workdir, target, train_prompts, best=True)
   drafts = {"before": SimpleNamespace(name="init", cfg=b_cfg, params=b_params),
             "after": SimpleNamespace(name="distilled", cfg=a_cfg, params=a_params)}

@@ -268,9 +268,16 @@ def test_shipped_draft_greedy_output_equals_target_alone():
   spec = specjax.generate(target, ids, 24, draft=draft, k=4)
   assert spec.tokens == alone.tokens
   assert spec.stats.acceptance_rate > 0.1  # undistilled init: ~0.03
-  # The registry name gives the same draft (materialised with the full head; exact either way).
+  # The registry name gives the same draft, reduced head included; the "-hf" name the
+  # full-head Hugging Face export, equal on the reduced vocabulary.
   reg = load_model("smollm2-135m-draft")
   assert reg.cfg == draft.cfg
+  np.testing.assert_array_equal(np.asarray(reg.params["head_vocab"]),
+                                np.asarray(draft.params["head_vocab"]))
+  np.testing.assert_allclose(np.asarray(reg.logits(ids[0])), np.asarray(draft.logits(ids[0])),
+                             atol=1e-5)
+  full = load_model("smollm2-135m-draft-hf")
+  assert full.cfg == draft.cfg and "head_vocab" not in full.params
   hv = np.asarray(draft.params["head_vocab"])
-  np.testing.assert_allclose(np.asarray(reg.logits(ids[0]))[:, hv],
+  np.testing.assert_allclose(np.asarray(full.logits(ids[0]))[:, hv],
                              np.asarray(draft.logits(ids[0]))[:, hv], atol=1e-3)

@@ -198,8 +198,11 @@ def run_benchmark(config, progress: bool = True) -> dict:
 def _hf_assistant(config, drafts: dict, peers):
   """(transformers assistant model or None, note): config.hf.assistant or the draft's export."""
   import os
+  from specjax.loading import registry
+  # A shipped draft's registry name has a "-hf" twin: the full Hugging Face export.
   candidates = [config.hf.assistant] if config.hf.assistant else [
-      name for name in drafts if not common.is_spec_string(name) and ":" not in name]
+      name + "-hf" if name + "-hf" in registry.REGISTRY else name
+      for name in drafts if not common.is_spec_string(name) and ":" not in name]
   if not candidates:
     return None, ("no model draft available (the default draft is not registered and "
                   "config.hf.assistant is empty); transformers assisted generation skipped")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -78,8 +79,11 @@ class Model:
 
 
 def _to_jax(params: dict, dtype) -> dict:
-  """numpy float leaves -> device arrays of `dtype` (one copy each)."""
-  return jax.tree.map(lambda x: jnp.asarray(x, dtype), params)
+  """Float leaves -> device arrays of `dtype` (one copy each); integer leaves (the
+  `head_vocab` ids of a reduced head) stay integers."""
+  return jax.tree.map(lambda x: jnp.asarray(x, dtype if jnp.issubdtype(np.asarray(x).dtype,
+                                                                         np.floating) else None),
+                      params)
 
 
 def _first_in_vocab(ids: Sequence[int], vocab_size: int) -> Optional[int]:
@@ -135,6 +139,20 @@ def resolve(source: str) -> str:
                   "model directory, or a hub id; check the spelling or the path.")
 
 
+def _is_draft_asset(path: str) -> bool:
+  """A draft asset directory (specjax/training/export.py): its specjax_draft.json names
+  the target whose embeddings it shares. (A full Hugging Face export has that file too,
+  without the name, and loads as a plain directory.)"""
+  meta = os.path.join(path, "specjax_draft.json")
+  if not os.path.isfile(meta):
+    return False
+  try:
+    with open(meta, encoding="utf-8") as f:
+      return "shares_embeddings_with" in json.load(f)
+  except (OSError, ValueError):
+    return True  # unreadable metadata: load_asset raises the clear error
+
+
 def load_model(source: str, dtype="float32") -> Model:
   """Loads a model from a registry name, local path or hub id (see module docstring).
 
@@ -145,6 +163,10 @@ def load_model(source: str, dtype="float32") -> Model:
       raise LoadError(f"{source}: dtype {dtype!r} unsupported; use one of {list(_DTYPES)}.")
     dtype = _DTYPES[dtype]
   path = resolve(source)
+  if _is_draft_asset(path):  # a shipped draft: own tensors, reduced head, shared embeddings
+    from specjax.training.export import load_asset  # lazy: training imports loading
+    draft = load_asset(path, name=source)
+    return dataclasses.replace(draft, params=_to_jax(draft.params, dtype))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source)
   elif os.path.isfile(path) and _is_gguf(path):

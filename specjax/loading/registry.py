@@ -59,13 +59,30 @@ def names() -> list[str]:
 
 # ---------------------------------------------------------------- shipped drafts
 # Maintained with the distillation trainer (specjax/training/export.py). The asset
-# holds only the draft's own tensors; its frozen embeddings come from the target, so
-# the resolver materialises a full Hugging Face directory in a cache on first use.
+# holds only the draft's own tensors and its reduced output head; its frozen
+# embeddings come from the target. `load_model` recognises an asset directory (it
+# holds specjax_draft.json) and assembles the draft; the "-hf" name materialises a
+# full Hugging Face directory (full output head) for transformers, once, in a cache.
+
+def _shipped_asset(name: str) -> str:
+  path = asset_path(name)
+  if not os.path.isfile(os.path.join(path, "specjax_draft.json")):
+    raise LoadError(f"{name}: the shipped draft is missing from {path}; reinstall specjax "
+                    "(`pip install -e .` from the repository) or retrain it with "
+                    "`python scripts/distill.py --config=configs/distill_smollm2.py`.")
+  return path
+
 
 def smollm2_135m_draft() -> str:
   """The distilled default draft for smollm2-135m (specjax/assets/smollm2-135m-draft)."""
+  return _shipped_asset("smollm2-135m-draft")
+
+
+def smollm2_135m_draft_hf() -> str:
+  """The same draft as a full Hugging Face directory (full head), e.g. for transformers."""
   from specjax.training.export import materialize_hf
-  return materialize_hf(asset_path("smollm2-135m-draft"))
+  return materialize_hf(_shipped_asset("smollm2-135m-draft"))
 
 
 register("smollm2-135m-draft", smollm2_135m_draft)
+register("smollm2-135m-draft-hf", smollm2_135m_draft_hf)
