@@ -13,7 +13,7 @@ def get_config():
   c.repeats = 1
   c.prompts.source = "builtin"
   c.prompts.per_category = 1
-  c.prompts.categories = "chat,rewrite"
+  c.prompts.categories = "chat,repeat_rewrite"
   c.costs.n = 1
   c.costs.repeats = 1
   return c

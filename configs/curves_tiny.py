@@ -13,5 +13,5 @@ def get_config():
   c.temperatures = "0.0,1.0"
   c.max_new_tokens = 8
   c.prompts.source = "builtin"
-  c.prompts.categories = "chat,rewrite"
+  c.prompts.categories = "chat,repeat_rewrite"
   return c

@@ -10,10 +10,14 @@ import pytest
 import specjax
 from specjax.decoding.drafters import EarlyExitDrafter, _ngram_row
 from specjax.decoding.stats import expected_tokens_per_pass
+from specjax.training.export import with_head_kernel
 from tiny_models import random_prompts, reference_greedy, tiny
 
 TARGET = tiny("llama", seed=0)
 DRAFT = tiny("llama", layers=1, seed=1)
+# An FR-Spec style draft: its head scores only every other id (q = 0 for the rest).
+REDUCED_DRAFT = dataclasses.replace(DRAFT, params=with_head_kernel(
+    DRAFT.cfg, dict(DRAFT.params, head_vocab=jnp.arange(0, DRAFT.cfg.vocab_size, 2))))
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -39,12 +43,13 @@ def test_rows_stop_at_eos_independently():
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7])
-@pytest.mark.parametrize("draft", ["model", "ngram:2", "early_exit:1"])
+@pytest.mark.parametrize("draft", ["model", "reduced_head", "ngram:2", "early_exit:1"])
 def test_speculative_greedy_equals_target(draft, k):
   prompts = random_prompts(6, TARGET.cfg.vocab_size, seed=k)
   prompts[0] = prompts[0] * 3  # a repetitive row, so n-gram lookup gets accepted too
   base = specjax.generate(TARGET, prompts, 24)
-  out = specjax.generate(TARGET, prompts, 24, draft=DRAFT if draft == "model" else draft, k=k)
+  drafter = {"model": DRAFT, "reduced_head": REDUCED_DRAFT}.get(draft, draft)
+  out = specjax.generate(TARGET, prompts, 24, draft=drafter, k=k)
   assert out.tokens == base.tokens
   assert out.stats.new_tokens.tolist() == [24] * 6
   assert (out.stats.target_passes <= base.stats.target_passes).all()

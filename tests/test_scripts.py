@@ -98,7 +98,7 @@ def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
                 "target_tokens_per_s", "speedup", "per_category"):
       assert key in r, key
     assert r["tokens_per_s"] > 0 and r["speedup"] > 0 and r["new_tokens"] > 0
-    assert set(r["per_category"]) == {"chat", "rewrite"}  # one batch: no per-category speed
+    assert set(r["per_category"]) == {"chat", "repeat_rewrite"}  # one batch: no per-category speed
     assert all(c["speedup"] is None and c["new_tokens"] > 0 for c in r["per_category"].values())
     if r["drafter"] == "none":
       assert r["k"] == 0 and r["tokens_per_pass"] == 1.0 and r["speedup"] == 1.0

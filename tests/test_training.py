@@ -247,6 +247,12 @@ def test_distill_script_runs_end_to_end(tmp_path):
   assert json.loads(out.stdout.strip().splitlines()[-1])["latest_step"] == 6
   for name in ("config.json", "metrics.jsonl", "summary.json", "tb", "checkpoints", "best"):
     assert (work / name).exists(), name
+  # The acceptance curve over training, drawn from the run's metrics.
+  plot = subprocess.run([sys.executable, "scripts/plot_distill.py", f"--workdir={work}"],
+                        capture_output=True, text=True, timeout=300, cwd=ROOT)
+  assert plot.returncode == 0, plot.stderr[-3000:]
+  png = work / "training.png"
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 @pytest.mark.real_model

@@ -5,7 +5,9 @@
                   "attn": {"q", "k", "v", "o": {"kernel": [in, out], "bias"?}},
                   "mlp_norm": {...},
                   "mlp": {"fc", "proj"} (GPT-2) | {"gate", "up", "down"} (Llama)} ] * L,
-     "final_norm": {...}, "lm_head": {"kernel": [D, V]} (untied only)}
+     "final_norm": {...}, "lm_head": {"kernel": [D, V]} (untied only),
+     "head_vocab": [V'] int32 (optional: a reduced output vocabulary, FR-Spec style drafts),
+     "head_kernel": [D, V'] (optional: those head columns gathered once, for inference)}
 
 Kernels are stored [in, out] so a layer is `x @ kernel (+ bias)`.
 """

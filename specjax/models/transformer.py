@@ -130,7 +130,10 @@ def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
   # Reduced output vocabulary (FR-Spec style drafts): score only the listed ids;
   # every other id gets probability zero, so verification stays exact.
   ids = params["head_vocab"]  # [V'] int32
-  sub = (x @ jnp.take(kernel, ids, axis=1)).astype(jnp.float32)  # [B, T, V']
+  # "head_kernel" [D, V'] is the same columns gathered once at load time (inference);
+  # without it they are gathered here (training, where the embeddings are shared).
+  sub_kernel = params["head_kernel"] if "head_kernel" in params else jnp.take(kernel, ids, axis=1)
+  sub = (x @ sub_kernel).astype(jnp.float32)  # [B, T, V']
   full = jnp.full(sub.shape[:-1] + (cfg.vocab_size,), jnp.finfo(jnp.float32).min, jnp.float32)
   return full.at[..., ids].set(sub)
 

@@ -145,6 +145,14 @@ def _read_asset(asset_dir: str):
   return meta, cfg, tensors
 
 
+def with_head_kernel(cfg: ModelConfig, params: dict) -> dict:
+  """Adds "head_kernel" [D, V'], the output-head columns of `head_vocab` gathered once,
+  so a reduced-head draft does not gather them at every decode step (inference only:
+  training keeps the shared embeddings as the single source)."""
+  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+  return dict(params, head_kernel=kernel[:, params["head_vocab"]])
+
+
 def load_asset(asset_dir: str, target=None, name: Optional[str] = None):
   """The shipped draft as a `specjax.loading.Model` (reduced head included), its frozen
   embeddings taken from `target` (a Model, or loaded from the asset's target name)."""
@@ -162,7 +170,8 @@ def load_asset(asset_dir: str, target=None, name: Optional[str] = None):
     tensors["transformer.wpe.weight"] = np.asarray(target.params["pos_embed"], np.float32)
   params = jax.tree.map(jnp.asarray, hf.params_from_hf(tensors, cfg, asset_dir))
   if "head_vocab" in meta:
-    params["head_vocab"] = jnp.asarray(meta["head_vocab"], jnp.int32)
+    params = with_head_kernel(cfg, dict(params, head_vocab=jnp.asarray(meta["head_vocab"],
+                                                                      jnp.int32)))
   return Model(name=name or os.path.basename(os.path.normpath(asset_dir)), cfg=cfg,
                params=params, tokenizer=target.tokenizer, eos_ids=target.eos_ids,
                bos_id=target.bos_id)
