@@ -1,8 +1,8 @@
 """Measures a draft before and after distillation on the held-out prompts.
 
-    nice python scripts/eval_draft.py --config=configs/distill_smollm2.py \
-        --asset=specjax/assets/smollm2-135m-draft \
-        --out=experiments/distill_smollm2/results.json
+    python scripts/eval_draft.py --config=configs/distill_smollm2.py \
+        --asset=specjax/assets/smollm2-135m-draft --num_prompts=16 --max_new=48 \
+        --speed_prompts=4 --speed_ks=2,4 --out=experiments/distill_smollm2/results.json
 
 For the draft at initialisation ("before": the config's draft built from the target,
 with the same reduced vocabulary) and the distilled one ("after": --asset, else the

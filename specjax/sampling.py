@@ -54,5 +54,16 @@ def warp(logits: jax.Array, sampling: SamplingParams) -> jax.Array:
 
 
 def sample(key: jax.Array, probs: jax.Array) -> jax.Array:
-  """Draws one token per row from probabilities [..., V] -> int32 [...]."""
-  return jax.random.categorical(key, jnp.log(probs), axis=-1).astype(jnp.int32)
+  """Draws one token per row from probabilities [..., V] (any positive scale) -> int32 [...].
+
+  Inverse-CDF sampling: one uniform per row instead of the V Gumbel draws of
+  `jax.random.categorical` (on a 49k vocabulary on CPU that was ~4x slower and showed
+  up in every decode step). A one-hot row returns its argmax; a zero-probability id is
+  never returned.
+  """
+  v = probs.shape[-1]
+  cdf = jnp.cumsum(probs.astype(jnp.float32), axis=-1)  # [..., V]
+  u = jax.random.uniform(key, probs.shape[:-1] + (1,), jnp.float32) * cdf[..., -1:]
+  idx = jnp.sum(cdf <= u, axis=-1)  # first id whose cdf exceeds u
+  last_nonzero = v - 1 - jnp.argmax(jnp.flip(probs > 0, axis=-1), axis=-1)  # rounding guard
+  return jnp.minimum(idx, last_nonzero).astype(jnp.int32)

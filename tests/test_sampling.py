@@ -53,6 +53,20 @@ def test_sampling_is_reproducible_and_follows_probs():
   np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=0.015)
 
 
+def test_sample_never_draws_zero_probability_ids_and_one_hot_is_argmax():
+  # Zeros at both ends and in the middle, unnormalised (the verifier's residual), and
+  # one-hot rows (greedy): 20,000 draws each.
+  probs = np.zeros((20000, 7), np.float32)
+  probs[:, [1, 3, 4]] = [0.5, 0.25, 1.25]  # sums to 2.0
+  got = np.asarray(sample(jax.random.PRNGKey(0), probs))
+  assert set(np.unique(got)) <= {1, 3, 4}
+  np.testing.assert_allclose(np.bincount(got, minlength=7)[[1, 3, 4]] / len(got),
+                             [0.25, 0.125, 0.625], atol=0.015)
+  one_hot = np.eye(7, dtype=np.float32)[np.arange(20000) % 7]
+  np.testing.assert_array_equal(np.asarray(sample(jax.random.PRNGKey(1), one_hot)),
+                                np.arange(20000) % 7)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(temperature=-0.5), "temperature"), (dict(top_p=0.0), "top_p"),
     (dict(top_p=1.5), "top_p"), (dict(top_k=-1), "top_k")])

@@ -12,6 +12,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from specjax import sampling as sampling_lib
+
 
 def verify_row(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array):
   """drafts [k] int, q [k, V], p [k+1, V], key -> (n_accepted in [0, k], next token)."""
@@ -28,7 +30,7 @@ def verify_row(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array):
   mass = residual.sum()
   # p == q at the rejected position has probability 0 of rejection; fall back to p.
   residual = jnp.where(mass > 0, residual / jnp.where(mass > 0, mass, 1.0), p[n])
-  next_token = jax.random.categorical(key_next, jnp.log(residual)).astype(jnp.int32)
+  next_token = sampling_lib.sample(key_next, residual)
   return n.astype(jnp.int32), next_token
 
 
