@@ -22,7 +22,8 @@ from specjax.sampling import SamplingParams
 
 @dataclasses.dataclass
 class GenerationResult:
-  """tokens[b]: the new token ids of row b (EOS included when hit); texts: decoded."""
+  """tokens[b]: the new token ids of row b (EOS included when hit); texts: decoded,
+  special tokens (EOS) left out."""
   tokens: list
   texts: Optional[list]
   stats: SpecStats
@@ -168,5 +169,5 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
                     wall_time_s=wall, compile_time_s=compile_s)
   texts = None
   if getattr(target, "tokenizer", None) is not None:
-    texts = [target.decode(t) for t in new]
+    texts = [target.decode(t, skip_special_tokens=True) for t in new]  # EOS stays in tokens
   return GenerationResult(tokens=new, texts=texts, stats=stats, prompt_tokens=prompt_ids)
