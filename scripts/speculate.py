@@ -20,6 +20,8 @@ _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JS
 
 def main(argv):
   del argv
+  if not flags.FLAGS["verbosity"].present:  # the card, warnings and errors only
+    logging.set_verbosity(logging.WARNING)
   try:
     result = card.run_card(_CONFIG.value)
   except ValueError as e:  # LoadError and bad settings: say what is wrong, no traceback
@@ -28,7 +30,7 @@ def main(argv):
   if _JSON_OUT.value:
     with open(_JSON_OUT.value, "w") as f:
       json.dump(result, f, indent=2)
-    logging.info("Wrote %s", _JSON_OUT.value)
+    print(f"wrote {_JSON_OUT.value}")
 
 
 if __name__ == "__main__":
