@@ -25,7 +25,8 @@ from specjax.models import KVCache, forward
 from specjax.sampling import SamplingParams
 
 
-def _time(fn, args, n: int, repeats: int) -> float:
+def time_call(fn, args, n: int, repeats: int) -> float:
+  """Seconds per call of jitted `fn(*args)`: the fastest of `repeats` means over `n` calls."""
   jax.block_until_ready(fn(*args))  # compile + warm up
   best = float("inf")
   for _ in range(max(1, repeats)):
@@ -57,11 +58,11 @@ def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
   context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
   cache = _filled_cache(target, context, max_len)
   fwd = jax.jit(lambda p, t, c: forward(p, target.cfg, t, c)[0])
-  out = {"step": _time(fwd, (target.params, jnp.zeros((1, 1), jnp.int32), cache), n, repeats),
+  out = {"step": time_call(fwd, (target.params, jnp.zeros((1, 1), jnp.int32), cache), n, repeats),
          "verify": {}}
   for k in sorted(set(int(x) for x in ks)):
     toks = jnp.zeros((1, k + 1), jnp.int32)
-    out["verify"][k] = _time(fwd, (target.params, toks, cache), n, repeats)
+    out["verify"][k] = time_call(fwd, (target.params, toks, cache), n, repeats)
   return out
 
 
@@ -89,7 +90,7 @@ def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperatur
 
   args = (drafter, state, target.params, cache, jnp.asarray(tokens), n_tokens,
           jax.random.PRNGKey(seed))
-  return _time(propose, args, n, repeats)
+  return time_call(propose, args, n, repeats)
 
 
 def ideal_speedup(tokens_per_round: float, c_step: float, c_verify: float, c_draft: float):
