@@ -67,7 +67,7 @@ def main(argv):
   from types import SimpleNamespace
   from specjax.training import data as data_lib, export
   from specjax.training.setup import setup_target
-  from specjax.training.train import prepare_draft, restore_draft
+  from specjax.training.train import init_draft, prepare_draft, restore_draft
   config = FLAGS.config
   if not FLAGS.asset and not FLAGS.workdir:
     raise app.UsageError("Pass --asset=DIR (a draft asset) or --workdir=DIR (a distillation run).")
@@ -75,14 +75,9 @@ def main(argv):
   if FLAGS.asset:
     # "before": the config's initialisation with the asset's own reduced vocabulary (the
     # one the trainer chose), so no target pool needs sampling.
-    import jax
-    from specjax.training.draft import build_draft
     after = export.load_asset(FLAGS.asset, target=target)
     a_cfg, a_params = after.cfg, after.params
-    b_cfg, b_params = build_draft(
-        target.cfg, target.params, n_layers=config.draft.n_layers, init=config.draft.init,
-        key=jax.random.fold_in(jax.random.PRNGKey(config.seed), 2),
-        head_vocab=a_params.get("head_vocab"), init_std=config.draft.get("init_std", 0.02))
+    b_cfg, b_params = init_draft(config, target, a_params.get("head_vocab"))
   else:
     b_cfg, b_params, _ = prepare_draft(config, FLAGS.workdir, target, train_prompts,
                                        log=lambda *_: 0)

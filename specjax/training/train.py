@@ -194,11 +194,16 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
     counts = data_lib.token_frequencies([target_pool], target.cfg.vocab_size)
     head_vocab = draft_lib.frequent_vocab(counts, config.draft.head_vocab_size,
                                           always=target.eos_ids)
-  draft_cfg, draft_params = draft_lib.build_draft(
-      target.cfg, target.params, n_layers=config.draft.n_layers, init=config.draft.init,
-      key=jax.random.fold_in(key, 2), head_vocab=head_vocab,
-      init_std=config.draft.get("init_std", 0.02))
+  draft_cfg, draft_params = init_draft(config, target, head_vocab)
   return draft_cfg, draft_params, target_pool
+
+
+def init_draft(config, target, head_vocab=None):
+  """The configured draft at initialisation (before any training) -> (cfg, params)."""
+  return draft_lib.build_draft(
+      target.cfg, target.params, n_layers=config.draft.n_layers, init=config.draft.init,
+      key=jax.random.fold_in(jax.random.PRNGKey(config.seed), 2), head_vocab=head_vocab,
+      init_std=config.draft.get("init_std", 0.02))
 
 
 def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts: Sequence,
