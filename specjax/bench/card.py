@@ -8,28 +8,29 @@ from specjax.errors import LoadError
 from specjax.loading import load_model
 
 
-def load_draft(source: str, fallback: str = ""):
+def load_draft(source: str, fallback: str = "", target=None):
   """(label, draft): a loaded model, a drafter spec ("ngram:3"), or None for no draft.
 
   When `source` cannot be loaded here and `fallback` is set, the fallback is used.
+  `target` (loaded) is reused by a draft that shares its embeddings.
   """
   if not source:
     return "none", None
   if ":" in source:
     return source, source
   try:
-    return source, load_model(source)
+    return source, load_model(source, target=target)
   except LoadError as e:
     if not fallback:
       raise
     logging.warning("Draft %r unavailable (%s); using %r instead.", source, e, fallback)
-    return load_draft(fallback)
+    return load_draft(fallback, target=target)
 
 
 def run_card(config) -> dict:
   """Loads, runs both decoders with identical settings, returns the card's fields."""
   target = load_model(config.target)
-  draft_label, draft = load_draft(config.draft, config.fallback_draft)
+  draft_label, draft = load_draft(config.draft, config.fallback_draft, target)
   prompt = target.encode(config.prompt, chat=config.chat)
   common = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                 top_k=config.top_k, top_p=config.top_p, seed=config.seed)

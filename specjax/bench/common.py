@@ -51,7 +51,7 @@ def load_drafts(names, allow_hub: bool = False, target=None) -> tuple[dict, list
                       "path; row skipped"})
       continue
     try:
-      drafts[name] = load_model(name)
+      drafts[name] = load_model(name, target=target)
     except Exception as e:  # noqa: BLE001 - a draft that fails to load only skips its row
       skipped.append({"row": name, "note": f"draft {name!r} failed to load: {e}"})
   return drafts, skipped

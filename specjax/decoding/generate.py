@@ -58,7 +58,7 @@ def resolve_drafter(draft: Any, target) -> Any:
                          f"between 1 and {target.cfg.n_layers - 1}, e.g. 'early_exit:8'.")
       return drafters_lib.EarlyExitDrafter(n_layers=int(arg))
     from specjax.loading import load_model  # a model source
-    draft = load_model(draft)
+    draft = load_model(draft, target=target)  # a draft asset reuses the target's embeddings
   if not (hasattr(draft, "cfg") and hasattr(draft, "params")):
     raise TypeError(f"Cannot use {type(draft).__name__} as a draft: pass a loaded model, a model "
                     "source, 'ngram:N' or 'early_exit:N'.")

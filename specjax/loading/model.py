@@ -153,10 +153,12 @@ def _is_draft_asset(path: str) -> bool:
     return True  # unreadable metadata: load_asset raises the clear error
 
 
-def load_model(source: str, dtype="float32") -> Model:
+def load_model(source: str, dtype="float32", target: Optional[Model] = None) -> Model:
   """Loads a model from a registry name, local path or hub id (see module docstring).
 
   dtype: "float32" (default) or "bfloat16" for the params; logits are always float32.
+  target: for a draft asset, which shares its target's embeddings, the target already
+  loaded (else it is loaded by name); ignored for every other source.
   """
   if isinstance(dtype, str):
     if dtype not in _DTYPES:
@@ -165,7 +167,7 @@ def load_model(source: str, dtype="float32") -> Model:
   path = resolve(source)
   if _is_draft_asset(path):  # a shipped draft: own tensors, reduced head, shared embeddings
     from specjax.training.export import load_asset  # lazy: training imports loading
-    draft = load_asset(path, name=source)
+    draft = load_asset(path, target=target, name=source)
     return dataclasses.replace(draft, params=_to_jax(draft.params, dtype))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source)

@@ -158,11 +158,16 @@ def load_asset(asset_dir: str, target=None, name: Optional[str] = None):
   embeddings taken from `target` (a Model, or loaded from the asset's target name)."""
   import jax
   import jax.numpy as jnp
+  from specjax.errors import LoadError
   from specjax.loading import Model, hf, load_model
   meta, cfg, tensors = _read_asset(asset_dir)
   if target is None:
     target = load_model(meta["shares_embeddings_with"])
   embed = np.asarray(target.params["embed"], np.float32)
+  if embed.shape != (cfg.vocab_size, cfg.d_model):
+    raise LoadError(f"{asset_dir}: this draft shares the embeddings of "
+                    f"{meta['shares_embeddings_with']!r} ({cfg.vocab_size} x {cfg.d_model}), but the "
+                    f"given target's are {embed.shape[0]} x {embed.shape[1]}; use it with that target.")
   key = "transformer.wte.weight" if cfg.is_gpt2 else "model.embed_tokens.weight"
   tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
   tensors[key] = embed
