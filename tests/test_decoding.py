@@ -10,6 +10,7 @@ import pytest
 import specjax
 from specjax.decoding.drafters import EarlyExitDrafter, _ngram_row
 from specjax.decoding.stats import expected_tokens_per_pass
+from specjax.training.draft import build_feature_draft
 from specjax.training.export import with_head_kernel
 from tiny_models import random_prompts, reference_greedy, tiny
 
@@ -18,6 +19,12 @@ DRAFT = tiny("llama", layers=1, seed=1)
 # An FR-Spec style draft: its head scores only every other id (q = 0 for the rest).
 REDUCED_DRAFT = dataclasses.replace(DRAFT, params=with_head_kernel(
     DRAFT.cfg, dict(DRAFT.params, head_vocab=jnp.arange(0, DRAFT.cfg.vocab_size, 2))))
+# An EAGLE-style feature draft over the target's hidden states, with a reduced head.
+_FCFG, _FPARAMS = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+                                      key=jax.random.PRNGKey(3), init_std=0.3,
+                                      head_vocab=np.arange(1, TARGET.cfg.vocab_size, 2))
+FEATURE_DRAFT = dataclasses.replace(DRAFT, cfg=_FCFG, params=with_head_kernel(_FCFG, _FPARAMS),
+                                    name="feature")
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -43,12 +50,12 @@ def test_rows_stop_at_eos_independently():
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7])
-@pytest.mark.parametrize("draft", ["model", "reduced_head", "ngram:2", "early_exit:1"])
+@pytest.mark.parametrize("draft", ["model", "reduced_head", "feature", "ngram:2", "early_exit:1"])
 def test_speculative_greedy_equals_target(draft, k):
   prompts = random_prompts(6, TARGET.cfg.vocab_size, seed=k)
   prompts[0] = prompts[0] * 3  # a repetitive row, so n-gram lookup gets accepted too
   base = specjax.generate(TARGET, prompts, 24)
-  drafter = {"model": DRAFT, "reduced_head": REDUCED_DRAFT}.get(draft, draft)
+  drafter = {"model": DRAFT, "reduced_head": REDUCED_DRAFT, "feature": FEATURE_DRAFT}.get(draft, draft)
   out = specjax.generate(TARGET, prompts, 24, draft=drafter, k=k)
   assert out.tokens == base.tokens
   assert out.stats.new_tokens.tolist() == [24] * 6
@@ -105,7 +112,7 @@ class NoisyOracle:
     drafts = jnp.where(wrong, (drafts + 1) % ctx.target_cfg.vocab_size, drafts)
     return drafts, jax.nn.one_hot(drafts, ctx.target_cfg.vocab_size), state, cache
 
-  def commit(self, state, n_tokens):
+  def commit(self, state, n_tokens, hidden):
     return state
 
   def passes_per_round(self, k):

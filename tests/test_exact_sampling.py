@@ -37,10 +37,10 @@ def exact_joint(sampling: SamplingParams) -> np.ndarray:
   return joint
 
 
-def sampled_joint(sampling, k, verifier=None) -> np.ndarray:
+def sampled_joint(sampling, k, verifier=None, draft=DRAFT) -> np.ndarray:
   counts = np.zeros((V, V, V))
   for seed in range(N_CALLS):
-    out = specjax.generate(TARGET, [PROMPT] * ROWS, 3, draft=DRAFT, k=k, seed=seed,
+    out = specjax.generate(TARGET, [PROMPT] * ROWS, 3, draft=draft, k=k, seed=seed,
                            temperature=sampling.temperature, top_k=sampling.top_k,
                            top_p=sampling.top_p, verifier=verifier)
     for toks in out.tokens:
@@ -98,6 +98,17 @@ def test_reduced_head_draft_sampling_is_exact():
     for toks in out.tokens:
       counts[tuple(toks[:3])] += 1
   fails, stat, df = chi_square_fails(counts, exact_joint(sampling))
+  assert not fails, f"chi2={stat:.1f} with df={df}"
+
+
+def test_feature_draft_sampling_is_exact():
+  """An EAGLE-style draft (q from the target's features, then its own predicted ones)."""
+  from specjax.training.draft import build_feature_draft
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+                                    key=jax.random.PRNGKey(4), init_std=0.5)
+  draft = dataclasses.replace(DRAFT, cfg=cfg, params=params)
+  sampling = SamplingParams(1.0)
+  fails, stat, df = chi_square_fails(sampled_joint(sampling, 2, draft=draft), exact_joint(sampling))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 

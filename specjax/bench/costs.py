@@ -21,7 +21,7 @@ import numpy as np
 
 from specjax.decoding.drafters import DraftContext
 from specjax.decoding.generate import resolve_drafter
-from specjax.models import KVCache, forward
+from specjax.models import KVCache, forward, forward_hidden
 from specjax.sampling import SamplingParams
 
 
@@ -44,11 +44,12 @@ def cache_len(prompt_len: int, max_new_tokens: int, k: int) -> int:
   return -(-need // 128) * 128
 
 
-def _filled_cache(target, context: np.ndarray, max_len: int):
+def _filled_cache(target, context: np.ndarray, max_len: int, with_hidden: bool = False):
+  """The target's cache after `context` (and its hidden states [1, T, D] if asked)."""
   cache = KVCache.init(target.cfg, 1, max_len, target.params["embed"].dtype)
-  _, cache = jax.jit(forward, static_argnums=1)(target.params, target.cfg,
-                                                jnp.asarray(context)[None], cache)
-  return cache
+  hidden, cache = jax.jit(forward_hidden, static_argnums=1)(target.params, target.cfg,
+                                                            jnp.asarray(context)[None], cache)
+  return (cache, hidden) if with_hidden else cache
 
 
 def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
@@ -75,9 +76,9 @@ def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperatur
   tokens = np.zeros((1, max_len), np.int32)
   tokens[0, :context_len] = context
   n_tokens = jnp.array([context_len], jnp.int32)
-  cache = _filled_cache(target, context[:-1], max_len)
+  cache, hidden = _filled_cache(target, context[:-1], max_len, with_hidden=True)
   state = drafter.init(target.params, jnp.asarray(context[:-1])[None],
-                       jnp.array([context_len - 1], jnp.int32), max_len)
+                       jnp.array([context_len - 1], jnp.int32), max_len, hidden)
   sampling = SamplingParams(temperature=float(temperature))
   cfg = target.cfg
 

@@ -2,12 +2,14 @@
 
 A drafter is a pytree (its weights are leaves, its hyper-parameters static) with
 
-  init(target_params, prompt [B, P], prompt_lens [B], max_len) -> state
+  init(target_params, prompt [B, P], prompt_lens [B], max_len, hidden [B, P, D]) -> state
   propose(state, ctx, key) -> (drafts [B, k], q [B, k, V], state, target_cache)
-  commit(state, n_tokens [B]) -> state          # told how many tokens are now final
+  commit(state, n_tokens [B], hidden [B, k+1, D]) -> state   # n_tokens now final
   passes_per_round(k) -> how many forward passes of its own one proposal costs
 
 `ctx` is a `DraftContext` with the target's params and cache and the token buffer.
+`hidden` is the target's last hidden state (before its final norm) from the prefill
+and from each verify pass; only feature drafts read it.
 Invariant between rounds: row b holds n_tokens[b] final tokens and the target cache
 holds all but the last of them.
 """
@@ -20,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
-from specjax.models import KVCache, ModelConfig, forward
+from specjax.models import KVCache, ModelConfig, feature_forward, forward, head
 
 
 @flax.struct.dataclass
@@ -36,7 +38,7 @@ class DraftContext:
 
 
 def _rows_slice(tokens: jax.Array, starts: jax.Array, size: int) -> jax.Array:
-  """tokens[b, starts[b] : starts[b] + size] for every row -> [B, size]."""
+  """tokens[b, starts[b] : starts[b] + size] for every row -> [B, size, ...]."""
   return jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, size))(tokens, starts)
 
 
@@ -76,8 +78,8 @@ class ModelDrafter:
   cfg: ModelConfig = flax.struct.field(pytree_node=False)
   name: str = flax.struct.field(pytree_node=False, default="draft")
 
-  def init(self, target_params, prompt, prompt_lens, max_len):
-    del target_params
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
+    del target_params, hidden
     cache = KVCache.init(self.cfg, prompt.shape[0], max_len, self.params["embed"].dtype)
     _, cache = forward(self.params, self.cfg, prompt, cache)
     return cache.with_lengths(prompt_lens)
@@ -91,8 +93,74 @@ class ModelDrafter:
                                             ctx.n_tokens, ctx, key)
     return drafts, q, state, ctx.target_cache
 
-  def commit(self, state: KVCache, n_tokens):
+  def commit(self, state: KVCache, n_tokens, hidden):
     return state.with_lengths(jnp.minimum(state.lengths, n_tokens - 1))
+
+  def passes_per_round(self, k: int) -> int:
+    return k
+
+
+@flax.struct.dataclass
+class FeatureDraftState:
+  """cache: the draft's own cache; its entries below `lengths` were built from target
+  features only (entries from the draft's predicted features are redone next round).
+  features: [B, S, D] the target's features by position (valid below n_tokens - 1)."""
+  cache: KVCache
+  features: jax.Array
+
+
+@flax.struct.dataclass
+class FeatureDrafter:
+  """An EAGLE-style draft (`specjax.models.feature_draft`) over the target's features.
+
+  Each round: one pass over the positions whose target features arrived with the last
+  verify (up to k + 1 of them, fixed shape) yields d_1; k - 1 passes feeding back the
+  draft's own predicted features yield d_2..d_k.
+  """
+  params: Any
+  cfg: ModelConfig = flax.struct.field(pytree_node=False)
+  name: str = flax.struct.field(pytree_node=False, default="feature draft")
+
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
+    del target_params
+    b, p = prompt.shape
+    features = jnp.zeros((b, max_len, hidden.shape[-1]), hidden.dtype).at[:, :p].set(hidden)
+    nxt = jnp.concatenate([prompt[:, 1:], jnp.zeros_like(prompt[:, :1])], axis=1)  # token j + 1
+    cache = KVCache.init(self.cfg, b, max_len, self.params["embed"].dtype)
+    _, cache = feature_forward(self.params, self.cfg, hidden, nxt, cache)
+    # Position plen - 1 waits for the first generated token: the first round does it.
+    return FeatureDraftState(cache=cache.with_lengths(prompt_lens - 1), features=features)
+
+  def propose(self, state: FeatureDraftState, ctx: DraftContext, key):
+    k, start = ctx.k, state.cache.lengths  # start = n_tokens - 1 - (accepted last round + 1)
+    feats = _rows_slice(state.features, start, k + 1)  # [B, k+1, D]
+    nxt = _rows_slice(ctx.tokens, start + 1, k + 1)  # [B, k+1]
+    pred, cache = feature_forward(self.params, self.cfg, feats, nxt, state.cache)
+    f = jnp.take_along_axis(pred, (ctx.n_tokens - 2 - start)[:, None, None], axis=1)  # [B, 1, D]
+    cache = cache.with_lengths(ctx.n_tokens - 1)
+    keys = jax.random.split(key, k)
+    q0 = sampling_lib.warp(head(self.params, self.cfg, f)[:, 0], ctx.sampling)
+    x0 = sampling_lib.sample(keys[0], q0)
+
+    def step(carry, step_key):
+      cache, f, x = carry
+      f, cache = feature_forward(self.params, self.cfg, f, x[:, None], cache)
+      q = sampling_lib.warp(head(self.params, self.cfg, f)[:, 0], ctx.sampling)
+      nxt = sampling_lib.sample(step_key, q)
+      return (cache, f, nxt), (nxt, q)
+
+    (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, f, x0), keys[1:])
+    drafts = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, k]
+    q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, k, V]
+    # Keep only entries built from target features; the verify pass brings the rest.
+    state = FeatureDraftState(cache=cache.with_lengths(ctx.n_tokens - 1), features=state.features)
+    return drafts, q, state, ctx.target_cache
+
+  def commit(self, state: FeatureDraftState, n_tokens, hidden):
+    # hidden [B, k+1, D]: the verify pass's features at positions start .. start + k.
+    features = jax.vmap(lambda f, h, i: jax.lax.dynamic_update_slice_in_dim(f, h, i, 0))(
+        state.features, hidden.astype(state.features.dtype), state.cache.lengths)
+    return state.replace(features=features)
 
   def passes_per_round(self, k: int) -> int:
     return k
@@ -107,7 +175,7 @@ class EarlyExitDrafter:
   """
   n_layers: int = flax.struct.field(pytree_node=False)
 
-  def init(self, target_params, prompt, prompt_lens, max_len):
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     return ()
 
   def propose(self, state, ctx: DraftContext, key):
@@ -121,7 +189,7 @@ class EarlyExitDrafter:
     cache = ctx.target_cache.merge_first_layers(view).with_lengths(lengths)
     return drafts, q, state, cache
 
-  def commit(self, state, n_tokens):
+  def commit(self, state, n_tokens, hidden):
     return state
 
   def passes_per_round(self, k: int) -> int:
@@ -137,7 +205,7 @@ class NgramDrafter:
   """
   n: int = flax.struct.field(pytree_node=False, default=3)
 
-  def init(self, target_params, prompt, prompt_lens, max_len):
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     return ()
 
   def propose(self, state, ctx: DraftContext, key):
@@ -146,7 +214,7 @@ class NgramDrafter:
     q = jax.nn.one_hot(drafts, ctx.target_params["embed"].shape[0], dtype=jnp.float32)
     return drafts, q, state, ctx.target_cache
 
-  def commit(self, state, n_tokens):
+  def commit(self, state, n_tokens, hidden):
     return state
 
   def passes_per_round(self, k: int) -> int:

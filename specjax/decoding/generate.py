@@ -17,6 +17,7 @@ from specjax.decoding import drafters as drafters_lib
 from specjax.decoding.loop import NoDrafter, run
 from specjax.decoding.stats import SpecStats
 from specjax.decoding.verify import verify_row
+from specjax.models import is_feature_draft
 from specjax.sampling import SamplingParams
 
 
@@ -68,8 +69,8 @@ def resolve_drafter(draft: Any, target) -> Any:
         f"{draft.cfg.vocab_size} tokens but the target {getattr(target, 'name', '')!r} has "
         f"{target.cfg.vocab_size}. Speculative decoding needs a draft that shares the target's "
         "tokenizer; pick a draft from the same model family, or use 'ngram:3'.")
-  return drafters_lib.ModelDrafter(params=draft.params, cfg=draft.cfg,
-                                   name=getattr(draft, "name", "draft"))
+  kind = drafters_lib.FeatureDrafter if is_feature_draft(draft.params) else drafters_lib.ModelDrafter
+  return kind(params=draft.params, cfg=draft.cfg, name=getattr(draft, "name", "draft"))
 
 
 def _encode_prompts(target, prompts, chat: bool) -> list:

@@ -20,14 +20,14 @@ import jax.numpy as jnp
 from specjax import sampling as sampling_lib
 from specjax.decoding.drafters import DraftContext
 from specjax.decoding.verify import verify_batch, verify_row
-from specjax.models import KVCache, ModelConfig, forward
+from specjax.models import KVCache, ModelConfig, forward_hidden, head
 
 
 @flax.struct.dataclass
 class NoDrafter:
   """k = 0: the target decodes alone, one token per round."""
 
-  def init(self, target_params, prompt, prompt_lens, max_len):
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     return ()
 
   def propose(self, state, ctx: DraftContext, key):
@@ -35,7 +35,7 @@ class NoDrafter:
     return (jnp.zeros((b, 0), jnp.int32), jnp.zeros((b, 0, v), jnp.float32), state,
             ctx.target_cache)
 
-  def commit(self, state, n_tokens):
+  def commit(self, state, n_tokens, hidden):
     return state
 
   def passes_per_round(self, k: int) -> int:
@@ -93,8 +93,8 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
 
   # Prefill: the whole prompt bucket at once; the first new token comes from the target.
   cache = KVCache.init(target_cfg, b, max_len, target_params["embed"].dtype)
-  logits, cache = forward(target_params, target_cfg, prompt, cache)  # [B, P, V]
-  last = logits[rows, prompt_lens - 1]  # [B, V]
+  hidden, cache = forward_hidden(target_params, target_cfg, prompt, cache)  # [B, P, D]
+  last = head(target_params, target_cfg, hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
   tokens = tokens.at[rows, prompt_lens].set(first)
@@ -102,7 +102,8 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
 
   state = LoopState(
       tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache.with_lengths(prompt_lens),
-      draft_state=drafter.init(target_params, prompt, prompt_lens, max_len), done=done, key=key,
+      draft_state=drafter.init(target_params, prompt, prompt_lens, max_len, hidden), done=done,
+      key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
       rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
       accepted=jnp.zeros((b, k), jnp.int32))
@@ -115,7 +116,9 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
     drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
     last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
-    logits, cache = forward(target_params, target_cfg, jnp.concatenate([last, drafts], 1), cache)
+    hidden, cache = forward_hidden(target_params, target_cfg, jnp.concatenate([last, drafts], 1),
+                                   cache)  # [B, k+1, D]
+    logits = head(target_params, target_cfg, hidden)
     p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
     n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
 
@@ -136,7 +139,7 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
     act = active[:, None].astype(jnp.int32)
     return LoopState(
         tokens=tokens, n_tokens=n_tokens, target_cache=cache.with_lengths(n_tokens - 1),
-        draft_state=drafter.commit(draft_state, n_tokens), done=s.done | (active & finished),
+        draft_state=drafter.commit(draft_state, n_tokens, hidden), done=s.done | (active & finished),
         key=key, target_passes=s.target_passes + active,
         draft_passes=s.draft_passes + active * drafter.passes_per_round(k),
         rounds=s.rounds + active,

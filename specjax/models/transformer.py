@@ -88,22 +88,23 @@ def embed(params: dict, cfg: ModelConfig, tokens: jax.Array, positions: jax.Arra
   return x
 
 
-def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
-                   cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
-  """Runs the first `n_layers` blocks (all by default); no final norm.
+def positions_for(cache: Optional[KVCache], b: int, t: int) -> jax.Array:
+  """[B, T] positions of T new tokens: after the cache's lengths, or from 0 without a cache."""
+  if cache is None:
+    return jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+  return cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+
+
+def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
+           cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
+  """The first `n_layers` blocks (all by default) over an embedded input x [B, T, D].
 
   Returns (hidden [B, T, D], cache) where the cache has advanced by T per row and
   holds updated entries for the layers that ran (the rest are returned untouched).
   """
   n = cfg.n_layers if n_layers is None else n_layers
-  b, t = tokens.shape
-  if cache is None:
-    positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    lengths = None
-  else:
-    lengths = cache.lengths
-    positions = lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
-  x = embed(params, cfg, tokens, positions)
+  t = x.shape[1]
+  lengths = None if cache is None else cache.lengths
   new_k, new_v = [], []
   for i in range(n):
     p = params["layers"][i]
@@ -119,6 +120,16 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
     cache = cache.replace(k=tuple(new_k) + cache.k[n:], v=tuple(new_v) + cache.v[n:],
                           lengths=cache.lengths + t)
   return x, cache
+
+
+def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
+                   cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
+  """Embeds tokens [B, T] and runs the first `n_layers` blocks; no final norm.
+
+  Returns (hidden [B, T, D], cache advanced by T), as `blocks`.
+  """
+  positions = positions_for(cache, *tokens.shape)
+  return blocks(params, cfg, embed(params, cfg, tokens, positions), positions, cache, n_layers)
 
 
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
