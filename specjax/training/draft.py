@@ -19,6 +19,13 @@ import numpy as np
 from specjax.models import ModelConfig, init_params
 
 TRAINABLE_KEYS = ("layers", "final_norm")
+FEATURE_TRAINABLE_KEYS = ("layers", "fc")  # a feature draft keeps the target's final norm
+
+
+def trainable_keys(draft_config) -> tuple:
+  """The top-level param keys the trainer optimises for a `config.draft`."""
+  keys = FEATURE_TRAINABLE_KEYS if draft_config.get("kind", "lm") == "feature" else TRAINABLE_KEYS
+  return keys + (("embed",) if draft_config.get("train_embeddings", False) else ())
 
 
 def build_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
@@ -46,6 +53,32 @@ def build_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
   else:
     raise ValueError(f"Unknown draft init {init!r}; expected 'target' or 'random'.")
   params["embed"] = target_params["embed"]
+  if "pos_embed" in target_params:
+    params["pos_embed"] = target_params["pos_embed"]
+  if not cfg.tie_embeddings:
+    params["lm_head"] = target_params["lm_head"]
+  if head_vocab is not None:
+    params["head_vocab"] = jnp.asarray(np.sort(np.asarray(head_vocab)), jnp.int32)
+  return cfg, params
+
+
+def build_feature_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
+                        key: jax.Array, head_vocab: Optional[Sequence[int]] = None,
+                        init_std: float = 0.02):
+  """An EAGLE-style feature draft (`specjax.models.feature_draft`) for the target.
+
+  Fresh N(0, init_std) blocks; "fc" starts as [N(0, init_std); identity] so the
+  initial prediction of the next feature is the current one plus the blocks' output.
+  Shares the target's embeddings, final norm and head. Returns (cfg, params).
+  """
+  cfg = dataclasses.replace(target_cfg, n_layers=n_layers)
+  k_blocks, k_fc = jax.random.split(key)
+  fresh = init_params(cfg, k_blocks, std=init_std)
+  d = target_cfg.d_model
+  dtype = target_params["embed"].dtype
+  fc = jnp.concatenate([init_std * jax.random.normal(k_fc, (d, d)), jnp.eye(d)], 0).astype(dtype)
+  params = {"layers": fresh["layers"], "fc": {"kernel": fc}, "embed": target_params["embed"],
+            "final_norm": target_params["final_norm"]}
   if "pos_embed" in target_params:
     params["pos_embed"] = target_params["pos_embed"]
   if not cfg.tie_embeddings:

@@ -28,6 +28,7 @@ import numpy as np
 from specjax.models import ModelConfig
 
 META_FILE = "specjax_draft.json"
+FC_TENSOR = "fc.weight"  # a feature draft's input projection (as EAGLE names it)
 _NATIVE = "model.safetensors"
 
 
@@ -105,6 +106,9 @@ def _meta(params: dict, **extra) -> dict:
 def export_hf(cfg: ModelConfig, params: dict, out_dir: str, tokenizer=None, eos_ids=(),
               bos_id: Optional[int] = None, **meta) -> str:
   """Writes a transformers-loadable directory (see module docstring); returns out_dir."""
+  if "fc" in params:
+    raise ValueError("A feature (EAGLE-style) draft reads the target's hidden states and has no "
+                     "transformers form; save it with save_asset (scripts/export_hf.py --asset).")
   from safetensors.numpy import save_file
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
@@ -123,6 +127,10 @@ def save_asset(cfg: ModelConfig, params: dict, out_dir: str, *, target: str, **m
   from safetensors.numpy import save_file
   os.makedirs(out_dir, exist_ok=True)
   tensors = {k: v.astype(np.float16) for k, v in hf_tensors(cfg, params, False).items()}
+  if "fc" in params:  # a feature (EAGLE-style) draft: its input projection, [out, in]
+    tensors[FC_TENSOR] = np.ascontiguousarray(np.asarray(params["fc"]["kernel"], np.float32).T
+                                              ).astype(np.float16)
+    meta = dict(meta, kind="feature")
   save_file(tensors, os.path.join(out_dir, _NATIVE), metadata={"format": "pt"})
   os.chmod(os.path.join(out_dir, _NATIVE), 0o644)
   with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
@@ -170,10 +178,16 @@ def load_asset(asset_dir: str, target=None, name: Optional[str] = None):
                     f"given target's are {embed.shape[0]} x {embed.shape[1]}; use it with that target.")
   key = "transformer.wte.weight" if cfg.is_gpt2 else "model.embed_tokens.weight"
   tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
+  fc = tensors.pop(FC_TENSOR, None)
   tensors[key] = embed
   if cfg.is_gpt2:
     tensors["transformer.wpe.weight"] = np.asarray(target.params["pos_embed"], np.float32)
   params = jax.tree.map(jnp.asarray, hf.params_from_hf(tensors, cfg, asset_dir))
+  if meta.get("kind") == "feature":
+    if fc is None:
+      raise LoadError(f"{asset_dir}: a feature draft asset without its {FC_TENSOR} tensor; "
+                      "re-export it with scripts/export_hf.py.")
+    params["fc"] = {"kernel": jnp.asarray(fc.T)}
   if "head_vocab" in meta:
     params = with_head_kernel(cfg, dict(params, head_vocab=jnp.asarray(meta["head_vocab"],
                                                                       jnp.int32)))
@@ -200,6 +214,10 @@ def materialize_hf(asset_dir: str, cache_dir: Optional[str] = None) -> str:
   out = os.path.join(cache_dir, "drafts", os.path.basename(os.path.normpath(asset_dir)) + "-" + digest)
   if os.path.isfile(os.path.join(out, "DONE")):
     return out
+  from specjax.errors import LoadError
+  if _read_asset(asset_dir)[0].get("kind") == "feature":
+    raise LoadError(f"{asset_dir} is a feature (EAGLE-style) draft: it reads the target's hidden "
+                    "states, so it has no transformers form to use as assistant_model.")
   draft = load_asset(asset_dir)
   meta = _meta(draft.params)
   tmp = out + f".tmp{os.getpid()}"

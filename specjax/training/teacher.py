@@ -49,6 +49,11 @@ def student_logits(params: dict, cfg: ModelConfig, tokens: jax.Array) -> jax.Arr
   [B, T, V] array (the other ids have probability exactly zero there).
   """
   hidden, _ = forward_hidden(params, cfg, tokens)
+  return support_logits(params, cfg, hidden)
+
+
+def support_logits(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
+  """Final norm and head on the support only: hidden [B, T, D] -> float32 [B, T, N]."""
   x = norm(params["final_norm"], cfg, hidden)  # [B, T, D]
   support = support_ids(params, cfg)
   if cfg.tie_embeddings:

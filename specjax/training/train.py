@@ -27,13 +27,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from specjax.models import ModelConfig
+from specjax.models import ModelConfig, feature_forward, is_feature_draft
 from specjax.training import data as data_lib
 from specjax.training import draft as draft_lib
 from specjax.training import sharding as sharding_lib
 from specjax.training.checkpoints import Checkpointer
 from specjax.training.losses import LOSSES, distill_loss
-from specjax.training.teacher import student_logits, support_ids, teacher_logp_on_support
+from specjax.training.teacher import (student_logits, support_ids, support_logits,
+                                     teacher_logp_on_support)
 
 
 @flax.struct.dataclass
@@ -62,52 +63,100 @@ def make_optimizer(optim, total_steps: int):
 
 
 def make_train_step(draft_cfg: ModelConfig, target_cfg: ModelConfig, tx, schedule,
-                    loss_name: str, beta: float):
-  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated."""
+                    loss_name: str, beta: float, feature: bool = False,
+                    feature_weight: float = 1.0, feature_noise: float = 0.0):
+  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated.
+
+  feature: the draft is a feature draft (EAGLE); the batch then carries the target's
+  features and the teacher is the target's head on them (see `feature_losses`).
+  """
   if loss_name not in LOSSES:
     raise ValueError(f"Unknown loss {loss_name!r}; expected one of {LOSSES}.")
 
   def train_step(state: TrainState, frozen, target_params, batch):
-    support = support_ids(frozen, draft_cfg)  # [N]
-    teacher = teacher_logp_on_support(batch, support, draft_cfg.vocab_size,
-                                      (target_params, target_cfg))  # [B, L, N]
+    if feature:
+      loss_fn = lambda trainable: feature_losses(
+          {**frozen, **trainable}, draft_cfg, batch, loss_name, beta, feature_weight,
+          feature_noise, jax.random.fold_in(state.rng, state.step))
+      mask = batch["mask"][:, 1:]
+    else:
+      support = support_ids(frozen, draft_cfg)  # [N]
+      teacher = teacher_logp_on_support(batch, support, draft_cfg.vocab_size,
+                                        (target_params, target_cfg))  # [B, L, N]
 
-    def loss_fn(trainable):
-      logits = student_logits({**frozen, **trainable}, draft_cfg, batch["tokens"])  # [B, L, N]
-      student = jax.nn.log_softmax(logits, axis=-1)
-      return distill_loss(loss_name, teacher, student, batch["mask"], beta), student
+      def loss_fn(trainable):
+        logits = student_logits({**frozen, **trainable}, draft_cfg, batch["tokens"])  # [B, L, N]
+        student = jax.nn.log_softmax(logits, axis=-1)
+        return distill_loss(loss_name, teacher, student, batch["mask"], beta), (student, teacher, {})
+      mask = batch["mask"]
 
-    (loss, student), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, (student, teacher, parts)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    mask = batch["mask"]
     agree = (jnp.argmax(student, -1) == jnp.argmax(teacher, -1)).astype(jnp.float32)
     metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(state.step),
                "train_top1_agree": (agree * mask).sum() / jnp.maximum(mask.sum(), 1.0),
-               "tokens": mask.sum()}
+               "tokens": mask.sum(), **parts}
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return jax.jit(train_step, donate_argnums=(0,))
 
 
+def feature_losses(params: dict, cfg: ModelConfig, batch: dict, loss_name: str, beta: float,
+                   feature_weight: float, noise: float, key: jax.Array):
+  """The feature draft's loss on a batch with the target's features [B, L, D].
+
+  Position j reads (f_j, token j+1) and predicts f_{j+1}: loss = distillation loss between
+  the head on the prediction and the head on the target's f_{j+1} (the target's own
+  distribution for token j+2, on the draft's support) + feature_weight x smooth-L1 between
+  the features. noise: std of Gaussian noise added to the input features (as EAGLE does,
+  so the draft tolerates its own imperfect features when it drafts several tokens).
+  Returns (loss, (student log-probs, teacher log-probs) at positions 0..L-2, {"distill_loss",
+  "feature_loss"}).
+  """
+  feats = batch["features"].astype(jnp.float32)  # [B, L, D]
+  inp = feats[:, :-1]
+  if noise:
+    inp = inp + noise * jax.random.normal(key, inp.shape)
+  pred, _ = feature_forward(params, cfg, inp, batch["tokens"][:, 1:])  # [B, L-1, D]
+  target_feats = feats[:, 1:]
+  teacher = jax.lax.stop_gradient(jax.nn.log_softmax(support_logits(params, cfg, target_feats), -1))
+  student = jax.nn.log_softmax(support_logits(params, cfg, pred), -1)
+  mask = batch["mask"][:, 1:]  # position j+1 predicts a sampled token
+  reg = optax.huber_loss(pred, target_feats).mean(-1)  # [B, L-1] (smooth L1, delta 1)
+  reg = (reg * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+  dist = distill_loss(loss_name, teacher, student, mask, beta)
+  return dist + feature_weight * reg, (student, teacher, {"distill_loss": dist, "feature_loss": reg})
+
+
 @functools.partial(jax.jit, static_argnames=("cfg",))
-def _draft_argmax(params, tokens, *, cfg: ModelConfig):
-  return jnp.argmax(student_logits(params, cfg, tokens), -1)  # [B, L] support positions
+def _draft_argmax(params, tokens, features, *, cfg: ModelConfig):
+  """[B, L] support positions of the draft's argmax for the token after each position."""
+  if features is None:
+    return jnp.argmax(student_logits(params, cfg, tokens), -1)
+  # A feature draft at j predicts token j + 2; shift so that row j predicts token j + 1.
+  pred, _ = feature_forward(params, cfg, features[:, :-1].astype(jnp.float32), tokens[:, 1:])
+  out = jnp.argmax(support_logits(params, cfg, pred), -1)
+  return jnp.concatenate([jnp.full_like(out[:, :1], -1), out], 1)
 
 
 def heldout_agreement(params, cfg: ModelConfig, pool: dict, batch_size: int = 8) -> float:
   """Teacher-forced top-1 agreement on held-out target-greedy continuations: the fraction of
-  positions where the draft's argmax is the target's greedy token (a cheap greedy-alpha proxy)."""
-  fn = lambda p, t: _draft_argmax(p, t, cfg=cfg)
+  positions where the draft's argmax is the target's greedy token (a cheap greedy-alpha proxy).
+  A feature draft reads the target's features (pool["features"]); its first position has none."""
+  fn = lambda p, t, f: _draft_argmax(p, t, f, cfg=cfg)
   support = np.asarray(support_ids(params, cfg))
+  feature = is_feature_draft(params)
   hits = total = 0.0
   for s in range(0, pool["tokens"].shape[0], batch_size):
     toks, mask = pool["tokens"][s:s + batch_size], pool["mask"][s:s + batch_size]
-    pad = batch_size - toks.shape[0]
-    pred = np.asarray(fn(params, jnp.asarray(np.pad(toks, ((0, pad), (0, 0))))))[:toks.shape[0]]
+    pad = ((0, batch_size - toks.shape[0]), (0, 0))
+    feats = jnp.asarray(np.pad(pool["features"][s:s + batch_size], pad + ((0, 0),))) if feature else None
+    pred = np.asarray(fn(params, jnp.asarray(np.pad(toks, pad)), feats))[:toks.shape[0]]
     nxt = toks[:, 1:]
-    hits += float(((support[pred[:, :-1]] == nxt) * mask[:, :-1]).sum())
-    total += float(mask[:, :-1].sum())
+    valid = mask[:, :-1] * (pred[:, :-1] >= 0)
+    hits += float(((support[np.maximum(pred[:, :-1], 0)] == nxt) * valid).sum())
+    total += float(valid.sum())
   return hits / max(total, 1.0)
 
 
@@ -189,6 +238,24 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
           top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
           progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
     target_pool = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool"), make)
+    if d.get("greedy_pool", False):  # plus one greedy continuation per prompt
+      greedy = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool_greedy"), lambda: (
+          log(f"Greedy target continuations for {len(train_prompts)} prompts ..."),
+          data_lib.sample_pool(
+              target.params, target.cfg, train_prompts, max_new=d.max_new_tokens,
+              seq_len=d.seq_len, key=jax.random.fold_in(key, 3), eos_ids=target.eos_ids,
+              temperature=0.0, batch_size=d.sample_batch_size,
+              top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0))[1])
+      target_pool = data_lib.concat_batches([target_pool, greedy])
+  if config.draft.get("kind", "lm") == "feature":
+    if d.source != "target":
+      raise ValueError("A feature draft trains on target continuations (data.source='target'): "
+                       "it cannot sample on its own without the target's features.")
+    target_pool["features"] = data_lib.cached_pool(
+        workdir and _pool_path(workdir, "target_features"),
+        lambda: (log("Target features of the pool ..."),
+                 {"features": data_lib.target_features(target_pool, target.params, target.cfg)})[1]
+    )["features"]
   head_vocab = None
   if config.draft.head_vocab_size > 0:
     counts = data_lib.token_frequencies([target_pool], target.cfg.vocab_size)
@@ -200,6 +267,11 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
 
 def init_draft(config, target, head_vocab=None):
   """The configured draft at initialisation (before any training) -> (cfg, params)."""
+  if config.draft.get("kind", "lm") == "feature":
+    return draft_lib.build_feature_draft(
+        target.cfg, target.params, n_layers=config.draft.n_layers,
+        key=jax.random.fold_in(jax.random.PRNGKey(config.seed), 2), head_vocab=head_vocab,
+        init_std=config.draft.get("init_std", 0.02))
   return draft_lib.build_draft(
       target.cfg, target.params, n_layers=config.draft.n_layers, init=config.draft.init,
       key=jax.random.fold_in(jax.random.PRNGKey(config.seed), 2), head_vocab=head_vocab,
@@ -222,13 +294,18 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
     raise ValueError(f"data.teacher must be 'online' or 'topk', got {d.teacher!r}.")
   mesh = sharding_lib.make_mesh()
   draft_cfg, draft_params, target_pool = prepare_draft(config, workdir, target, train_prompts, log)
-  trainable_keys = draft_lib.TRAINABLE_KEYS + (("embed",) if config.draft.train_embeddings else ())
-  trainable, frozen = draft_lib.split_params(draft_params, trainable_keys)
+  trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
+  feature = config.draft.get("kind", "lm") == "feature"
   eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
   heldout_pool = data_lib.cached_pool(_pool_path(workdir, "heldout_pool"), lambda: data_lib.sample_pool(
       target.params, target.cfg, heldout_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
       key=jax.random.PRNGKey(0), eos_ids=target.eos_ids, temperature=0.0,
       batch_size=d.sample_batch_size))
+  if feature:
+    heldout_pool["features"] = data_lib.cached_pool(
+        _pool_path(workdir, "heldout_features"),
+        lambda: {"features": data_lib.target_features(heldout_pool, target.params, target.cfg)}
+    )["features"]
 
   tx, schedule = make_optimizer(config.optim, config.num_steps)
   trainable = sharding_lib.replicate(trainable, mesh)
@@ -244,7 +321,9 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
     start = int(state.step)
     log(f"Resuming from step {start} ({os.path.join(workdir, 'checkpoints')}).")
   train_step = make_train_step(draft_cfg, target.cfg, tx, schedule, config.loss.name,
-                               config.loss.beta)
+                               config.loss.beta, feature=feature,
+                               feature_weight=config.draft.get("feature_weight", 1.0),
+                               feature_noise=config.draft.get("feature_noise", 0.0))
   writer = MetricsWriter(workdir)
   full = lambda st: {**frozen, **st.params}
 
@@ -335,8 +414,7 @@ def restore_draft(config, workdir: str, target, train_prompts, best: bool = True
   """The trained draft (cfg, full params) of a workdir: best-alpha (or latest) checkpoint."""
   draft_cfg, draft_params, _ = prepare_draft(config, workdir, target, train_prompts,
                                              log=lambda *_: None)
-  trainable_keys = draft_lib.TRAINABLE_KEYS + (("embed",) if config.draft.train_embeddings else ())
-  trainable, frozen = draft_lib.split_params(draft_params, trainable_keys)
+  trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
   tx, _ = make_optimizer(config.optim, config.num_steps)
   like = TrainState(step=jnp.zeros((), jnp.int32), params=trainable, opt_state=tx.init(trainable),
                     rng=jax.random.PRNGKey(config.seed))

@@ -1,0 +1,42 @@
+"""An EAGLE-style feature draft for SmolLM2-135M-Instruct.
+
+    python scripts/distill.py --config=configs/distill_smollm2_eagle.py --workdir=/tmp/eagle_smollm2
+
+Draft: one Llama block over fc([embed(token t+1); target feature at t]) that predicts
+the target's last hidden state (before its final norm) at t+1; the target's own final
+norm and an FR-Spec reduced head over the 4096 most frequent ids turn it into a
+distribution (other ids get q = 0, so verification stays exact). Features come from
+the target's verify pass, so the draft starts each round from the target's state.
+
+Data: one temperature-1 and one greedy continuation from the target per training
+prompt; the target's features are computed once per pool and cached in the workdir.
+Loss: the configured distillation loss between head(predicted feature) and
+head(target feature) on the draft's support, plus feature_weight x smooth-L1 on the
+features (EAGLE, Li et al. 2024).
+"""
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.target = "smollm2-135m"
+  c.prompts = ml_collections.ConfigDict(dict(num_train=0, num_heldout=0, max_prompt_len=0, chat=True))
+  c.draft = ml_collections.ConfigDict(dict(kind="feature", n_layers=1, init="random", init_std=0.02,
+                                           head_vocab_size=4096, train_embeddings=False,
+                                           feature_noise=0.0, feature_weight=1.0))
+  c.data = ml_collections.ConfigDict(dict(
+      source="target", draft_fraction=0.5, refresh_every=0, greedy_pool=True,
+      teacher="topk", teacher_top_k=32, samples_per_prompt=1,
+      max_new_tokens=128, seq_len=256, temperature=1.0, sample_batch_size=16))
+  c.loss = ml_collections.ConfigDict(dict(name="fkl", beta=0.5))
+  c.optim = ml_collections.ConfigDict(dict(lr=1e-3, warmup_steps=20, end_lr_fraction=0.1,
+                                           weight_decay=0.01, clip_norm=1.0, b1=0.9, b2=0.98))
+  c.batch_size = 16
+  c.num_steps = 600
+  c.log_every = 5
+  c.ckpt_every = 25
+  c.keep_checkpoints = 2
+  c.eval = ml_collections.ConfigDict(dict(every=100, engine=True, num_prompts=16, max_new_tokens=48,
+                                          k=4, temperature=0.0))
+  return c

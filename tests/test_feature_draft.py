@@ -1,0 +1,137 @@
+"""EAGLE-style feature drafts: the engine's cached drafting equals a cache-free
+reference round by round, and training on a toy target raises alpha."""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.decoding.drafters import FeatureDrafter
+from specjax.decoding.loop import run
+from specjax.models import feature_forward, forward_hidden, head
+from specjax.sampling import SamplingParams
+from specjax.training.draft import build_feature_draft
+from tiny_models import random_prompts, tiny
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = tiny("llama", seed=0)
+ROUNDS = 32  # >= max_new: every round yields at least one token
+
+
+@flax.struct.dataclass
+class Recorder:
+  """Wraps a drafter and logs, per round, each row's final-token count and its drafts."""
+  inner: FeatureDrafter
+  k: int = flax.struct.field(pytree_node=False)
+
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
+    b = prompt.shape[0]
+    return (self.inner.init(target_params, prompt, prompt_lens, max_len, hidden),
+            jnp.zeros((ROUNDS, b, self.k), jnp.int32), jnp.zeros((ROUNDS, b), jnp.int32),
+            jnp.int32(0))
+
+  def propose(self, state, ctx, key):
+    inner, drafts_log, n_log, r = state
+    drafts, q, inner, cache = self.inner.propose(inner, ctx, key)
+    state = (inner, drafts_log.at[r].set(drafts), n_log.at[r].set(ctx.n_tokens), r + 1)
+    return drafts, q, state, cache
+
+  def commit(self, state, n_tokens, hidden):
+    return (self.inner.commit(state[0], n_tokens, hidden),) + state[1:]
+
+  def passes_per_round(self, k):
+    return k
+
+
+def _reference_drafts(draft_cfg, draft_params, tokens, k):
+  """Cache-free: target features of tokens[:-1], then k feature-draft steps feeding back
+  the draft's own predicted features -> k greedy drafts."""
+  toks = jnp.asarray(tokens)[None]
+  feats, _ = forward_hidden(TARGET.params, TARGET.cfg, toks[:, :-1])  # f_0 .. f_{n-2}
+  nxt = toks[:, 1:]  # tokens 1 .. n-1
+  out = []
+  for _ in range(k):
+    pred, _ = feature_forward(draft_params, draft_cfg, feats, nxt)
+    f = pred[:, -1:]
+    d = jnp.argmax(head(draft_params, draft_cfg, f)[0, 0])
+    out.append(int(d))
+    feats = jnp.concatenate([feats, f], 1)
+    nxt = jnp.concatenate([nxt, d[None, None].astype(nxt.dtype)], 1)
+  return out
+
+
+def test_engine_drafts_equal_cache_free_reference():
+  k = 3
+  # The draft shares the target's embeddings; its block is the target's first block so that
+  # it agrees often enough for rounds to accept different numbers of tokens.
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+                                    key=jax.random.PRNGKey(1), init_std=0.3)
+  params["layers"] = TARGET.params["layers"][:1]
+  prompts = random_prompts(3, TARGET.cfg.vocab_size, lo=3, hi=9, seed=2)
+  p_len = 16
+  prompt = np.zeros((3, p_len), np.int32)
+  for b, p in enumerate(prompts):
+    prompt[b, :len(p)] = p
+  lens = np.array([len(p) for p in prompts], np.int32)
+  state = run(TARGET.params, Recorder(FeatureDrafter(params=params, cfg=cfg), k=k),
+              jnp.asarray(prompt), jnp.asarray(lens), jnp.int32(24), jax.random.PRNGKey(0),
+              target_cfg=TARGET.cfg, sampling=SamplingParams(), k=k, eos_ids=(), max_len=128)
+  _, drafts_log, n_log, _ = jax.device_get(state.draft_state)
+  tokens = np.asarray(state.tokens)
+  gains = set()
+  for b in range(3):
+    rounds = int(state.rounds[b])
+    for r in range(rounds):
+      n = int(n_log[r, b])
+      want = _reference_drafts(cfg, params, tokens[b, :n], k)
+      assert drafts_log[r, b].tolist() == want, (b, r)
+      if r + 1 < rounds:
+        gains.add(int(n_log[r + 1, b]) - n)
+  assert len(gains) > 1, f"rounds should gain different numbers of tokens, got {gains}"
+
+
+def test_toy_feature_distillation_raises_alpha(tmp_path):
+  sys.path.insert(0, ROOT)
+  from tests.test_training import _tiny_config, _toy
+  from specjax.training import read_metrics, train
+  c = _tiny_config(num_steps=60, **{"data.teacher": "topk"})
+  c.draft.kind, c.draft.init_std = "feature", 0.02
+  c.draft.feature_weight, c.draft.feature_noise = 1.0, 0.0
+  c.eval.engine, c.eval.every = True, 60
+  t, tp, hp = _toy(c)
+  summary = train(c, str(tmp_path), t, tp, hp, progress=False)
+  rows = read_metrics(str(tmp_path))
+  loss = [r["distill_loss"] for r in rows if "distill_loss" in r]
+  feat = [r["feature_loss"] for r in rows if "feature_loss" in r]
+  evals = [r for r in rows if "alpha" in r]
+  assert np.mean(loss[-10:]) < 0.5 * np.mean(loss[:5])
+  assert np.mean(feat[-10:]) < np.mean(feat[:5])
+  assert evals[-1]["alpha"] >= evals[0]["alpha"] + 0.2, evals
+  assert evals[-1]["heldout_top1_agree"] > evals[0]["heldout_top1_agree"]
+  assert "fc" in summary["draft_params"]
+
+
+def test_feature_draft_asset_roundtrip(tmp_path):
+  """save_asset / load_asset keep a feature draft (fc, block, reduced head) to float16."""
+  import pytest
+  from specjax.errors import LoadError
+  from specjax.training import export
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+                                    key=jax.random.PRNGKey(5), head_vocab=np.arange(0, 61, 3))
+  export.save_asset(cfg, params, str(tmp_path / "asset"), target="tiny")
+  target = types.SimpleNamespace(params=TARGET.params, cfg=TARGET.cfg, tokenizer=None,
+                                 eos_ids=(), bos_id=None)
+  loaded = export.load_asset(str(tmp_path / "asset"), target=target)
+  np.testing.assert_allclose(loaded.params["fc"]["kernel"], params["fc"]["kernel"], atol=1e-3)
+  for a, b in zip(jax.tree.leaves(loaded.params["layers"]), jax.tree.leaves(params["layers"])):
+    np.testing.assert_allclose(a, b, atol=1e-3)
+  assert loaded.params["head_vocab"].tolist() == params["head_vocab"].tolist()
+  with pytest.raises(LoadError, match="feature"):
+    export.materialize_hf(str(tmp_path / "asset"), cache_dir=str(tmp_path / "cache"))
+  with pytest.raises(ValueError, match="feature"):
+    export.export_hf(cfg, params, str(tmp_path / "hf"))
