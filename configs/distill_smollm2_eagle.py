@@ -24,7 +24,7 @@ def get_config():
   c.prompts = ml_collections.ConfigDict(dict(num_train=0, num_heldout=0, max_prompt_len=0, chat=True))
   c.draft = ml_collections.ConfigDict(dict(kind="feature", n_layers=1, init="random", init_std=0.02,
                                            head_vocab_size=4096, train_embeddings=False,
-                                           feature_noise=0.0, feature_weight=1.0))
+                                           feature_noise=0.05, feature_weight=1.0))
   c.data = ml_collections.ConfigDict(dict(
       source="target", draft_fraction=0.5, refresh_every=0, greedy_pool=True,
       teacher="topk", teacher_top_k=32, samples_per_prompt=1,
@@ -33,7 +33,7 @@ def get_config():
   c.optim = ml_collections.ConfigDict(dict(lr=1e-3, warmup_steps=20, end_lr_fraction=0.1,
                                            weight_decay=0.01, clip_norm=1.0, b1=0.9, b2=0.98))
   c.batch_size = 16
-  c.num_steps = 600
+  c.num_steps = 500
   c.log_every = 5
   c.ckpt_every = 25
   c.keep_checkpoints = 2

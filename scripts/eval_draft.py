@@ -37,15 +37,20 @@ flags.mark_flags_as_required(["config"])
 
 
 def step_cost_ms(params, cfg, n=30):
-  """Median wall time of one jitted batch-1 decode step (forward + argmax) at cache length 128."""
+  """Median wall time of one jitted batch-1 decode step (forward + argmax) at cache length 128;
+  a feature draft's step reads one feature and one token (what each of its k passes does)."""
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from specjax.models import KVCache, forward
+  from specjax.models import KVCache, feature_forward, forward, head, is_feature_draft
 
   @jax.jit
   def f(p, tok, cache):
-    logits, cache = forward(p, cfg, tok, cache)
+    if is_feature_draft(p):
+      hidden, cache = feature_forward(p, cfg, jnp.ones((1, 1, cfg.d_model)), tok, cache)
+      logits = head(p, cfg, hidden)
+    else:
+      logits, cache = forward(p, cfg, tok, cache)
     return jnp.argmax(logits[:, -1], -1), cache
 
   cache = KVCache.init(cfg, 1, 256).with_lengths(jnp.full((1,), 128, jnp.int32))

@@ -15,6 +15,8 @@ because the 2-core CPU is shared and noisy. Definitions of every field are in
 """
 from __future__ import annotations
 
+import json
+import os
 import platform
 from typing import Optional
 
@@ -197,7 +199,6 @@ def run_benchmark(config, progress: bool = True) -> dict:
 
 def _hf_assistant(config, drafts: dict, peers):
   """(transformers assistant model or None, note): config.hf.assistant or the draft's export."""
-  import os
   from specjax.loading import registry
   # A shipped draft's registry name has a "-hf" twin: the full Hugging Face export.
   candidates = [config.hf.assistant] if config.hf.assistant else [
@@ -212,6 +213,9 @@ def _hf_assistant(config, drafts: dict, peers):
     except Exception as e:  # noqa: BLE001
       logging.warning("assistant %s: %s", source, e)
       continue
+    if gguf is None and _is_feature_asset(directory):
+      logging.warning("assistant %s: a feature (EAGLE-style) draft has no transformers form", source)
+      continue
     if gguf is None and os.path.isfile(os.path.join(directory, "config.json")):
       try:
         return peers.load_hf(source), ""
@@ -220,6 +224,16 @@ def _hf_assistant(config, drafts: dict, peers):
   return None, (f"no Hugging Face export found for {candidates} (need a directory with "
                 "config.json; write one with scripts/export_hf.py --hf_dir and set "
                 "--config.hf.assistant=DIR); transformers assisted generation skipped")
+
+
+def _is_feature_asset(directory: str) -> bool:
+  """A shipped feature draft (reads the target's hidden states; no transformers form)."""
+  from specjax.training.export import META_FILE
+  path = os.path.join(directory, META_FILE)
+  if not os.path.isfile(path):
+    return False
+  with open(path, encoding="utf-8") as f:
+    return json.load(f).get("kind") == "feature"
 
 
 def _f(x, spec="{:.2f}"):

@@ -28,6 +28,7 @@ import numpy as np
 import optax
 
 from specjax.models import ModelConfig, feature_forward, is_feature_draft
+from specjax.models.feature_draft import unit_rms
 from specjax.training import data as data_lib
 from specjax.training import draft as draft_lib
 from specjax.training import sharding as sharding_lib
@@ -109,7 +110,7 @@ def feature_losses(params: dict, cfg: ModelConfig, batch: dict, loss_name: str, 
   Position j reads (f_j, token j+1) and predicts f_{j+1}: loss = distillation loss between
   the head on the prediction and the head on the target's f_{j+1} (the target's own
   distribution for token j+2, on the draft's support) + feature_weight x smooth-L1 between
-  the features. noise: std of Gaussian noise added to the input features (as EAGLE does,
+  the (unit-RMS) features. noise: std of Gaussian noise added to the unit-RMS input features (as EAGLE does,
   so the draft tolerates its own imperfect features when it drafts several tokens).
   Returns (loss, (student log-probs, teacher log-probs) at positions 0..L-2, {"distill_loss",
   "feature_loss"}).
@@ -117,13 +118,14 @@ def feature_losses(params: dict, cfg: ModelConfig, batch: dict, loss_name: str, 
   feats = batch["features"].astype(jnp.float32)  # [B, L, D]
   inp = feats[:, :-1]
   if noise:
-    inp = inp + noise * jax.random.normal(key, inp.shape)
+    inp = unit_rms(inp) + noise * jax.random.normal(key, inp.shape)  # noise relative to RMS
   pred, _ = feature_forward(params, cfg, inp, batch["tokens"][:, 1:])  # [B, L-1, D]
   target_feats = feats[:, 1:]
   teacher = jax.lax.stop_gradient(jax.nn.log_softmax(support_logits(params, cfg, target_feats), -1))
   student = jax.nn.log_softmax(support_logits(params, cfg, pred), -1)
   mask = batch["mask"][:, 1:]  # position j+1 predicts a sampled token
-  reg = optax.huber_loss(pred, target_feats).mean(-1)  # [B, L-1] (smooth L1, delta 1)
+  # Smooth L1 on unit-RMS features: the head's final norm ignores scale.
+  reg = optax.huber_loss(unit_rms(pred), unit_rms(target_feats)).mean(-1)  # [B, L-1]
   reg = (reg * mask).sum() / jnp.maximum(mask.sum(), 1.0)
   dist = distill_loss(loss_name, teacher, student, mask, beta)
   return dist + feature_weight * reg, (student, teacher, {"distill_loss": dist, "feature_loss": reg})
