@@ -1,5 +1,6 @@
 """EAGLE-style feature drafts: the engine's cached drafting equals a cache-free
-reference round by round, and training on a toy target raises alpha."""
+reference round by round, the unrolled training forward equals drafting on the draft's
+own features, training on a toy target raises alpha, and the asset round-trips."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ import numpy as np
 from specjax.decoding.drafters import FeatureDrafter
 from specjax.decoding.loop import run
 from specjax.models import feature_forward, forward_hidden, head
+from specjax.models.feature_draft import feature_forward_unrolled
 from specjax.sampling import SamplingParams
 from specjax.training.draft import build_feature_draft
 from tiny_models import random_prompts, tiny
@@ -95,13 +97,34 @@ def test_engine_drafts_equal_cache_free_reference():
   assert len(gains) > 1, f"rounds should gain different numbers of tokens, got {gains}"
 
 
+def test_unrolled_training_forward_equals_drafting_on_own_features():
+  """Stream s of `feature_forward_unrolled` at position i equals drafting s steps with
+  `feature_forward` from the target's features up to i - s + 1, cache-free."""
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=2,
+                                    key=jax.random.PRNGKey(1), init_std=0.3)
+  toks = jnp.asarray(np.random.default_rng(0).integers(0, TARGET.cfg.vocab_size, (2, 12)))
+  f, _ = forward_hidden(TARGET.params, TARGET.cfg, toks)
+  outs = feature_forward_unrolled(params, cfg, f[:, :-1], toks[:, 1:], 3)
+  first, _ = feature_forward(params, cfg, f[:, :-1], toks[:, 1:])
+  np.testing.assert_array_equal(outs[0], first)
+  for s in (2, 3):
+    for i in range(s - 1, 11):
+      j0 = i - s + 1  # the last position with a target feature
+      feats, nxt = f[:, :j0 + 1], toks[:, 1:j0 + 2]
+      pred, _ = feature_forward(params, cfg, feats, nxt)
+      for step in range(1, s):
+        feats = jnp.concatenate([feats, pred[:, -1:]], 1)
+        pred, _ = feature_forward(params, cfg, feats, toks[:, 1:j0 + 2 + step])
+      np.testing.assert_allclose(outs[s - 1][:, i], pred[:, -1], atol=1e-4, rtol=1e-4)
+
+
 def test_toy_feature_distillation_raises_alpha(tmp_path):
   sys.path.insert(0, ROOT)
   from tests.test_training import _tiny_config, _toy
   from specjax.training import read_metrics, train
   c = _tiny_config(num_steps=60, **{"data.teacher": "topk"})
   c.draft.kind, c.draft.init_std = "feature", 0.02
-  c.draft.feature_weight, c.draft.feature_noise = 1.0, 0.0
+  c.draft.feature_weight, c.draft.feature_noise, c.draft.unroll_steps = 1.0, 0.05, 2
   c.eval.engine, c.eval.every = True, 60
   t, tp, hp = _toy(c)
   summary = train(c, str(tmp_path), t, tp, hp, progress=False)
@@ -111,6 +134,8 @@ def test_toy_feature_distillation_raises_alpha(tmp_path):
   evals = [r for r in rows if "alpha" in r]
   assert np.mean(loss[-10:]) < 0.5 * np.mean(loss[:5])
   assert np.mean(feat[-10:]) < np.mean(feat[:5])
+  second = [r["distill_loss_s2"] for r in rows if "distill_loss_s2" in r]
+  assert np.mean(second[-10:]) < 0.5 * np.mean(second[:5])
   assert evals[-1]["alpha"] >= evals[0]["alpha"] + 0.2, evals
   assert evals[-1]["heldout_top1_agree"] > evals[0]["heldout_top1_agree"]
   assert "fc" in summary["draft_params"]

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 
 from specjax.models.cache import KVCache
 from specjax.models.config import ModelConfig
-from specjax.models.transformer import blocks, embed, positions_for
+from specjax.models.transformer import (attend, blocks, embed, mlp, norm, positions_for,
+                                        project_qkv)
 
 
 def is_feature_draft(params: dict) -> bool:
@@ -39,12 +40,51 @@ def unit_rms(x: jax.Array, eps: float = 1e-6) -> jax.Array:
   return xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + eps)
 
 
+def _fc(params: dict, e: jax.Array, features: jax.Array) -> jax.Array:
+  """[unit_rms(embedding); unit_rms(feature)] @ fc: the blocks' input [B, T, D]."""
+  x = jnp.concatenate([unit_rms(e), unit_rms(features)], axis=-1).astype(e.dtype)
+  return x @ params["fc"]["kernel"]
+
+
 def feature_forward(params: dict, cfg: ModelConfig, features: jax.Array, next_tokens: jax.Array,
                     cache: Optional[KVCache] = None):
   """features [B, T, D] (f_j), next_tokens [B, T] (token j + 1) ->
   (predicted features f_{j+1} [B, T, D], cache advanced by T)."""
   positions = positions_for(cache, *next_tokens.shape)
   e = embed(params, cfg, next_tokens, positions)  # [B, T, D]
-  x = jnp.concatenate([unit_rms(e), unit_rms(features)], axis=-1).astype(e.dtype)
-  x = x @ params["fc"]["kernel"]
-  return blocks(params, cfg, x, positions, cache)
+  return blocks(params, cfg, _fc(params, e, features), positions, cache)
+
+
+def feature_forward_unrolled(params: dict, cfg: ModelConfig, features: jax.Array,
+                             next_tokens: jax.Array, steps: int) -> list:
+  """Cache-free training forward that also drafts from the draft's own features
+  ("training-time test", as in EAGLE-3): what the draft sees at its s-th drafting step.
+
+  features [B, T, D] are the target's f_0..f_{T-1}, next_tokens [B, T] tokens 1..T.
+  Stream 1 is `feature_forward`. Stream s > 1 at position i reads stream s-1's
+  prediction at i - 1 (for f_i) and token i + 1, and attends to stream 1's entries at
+  positions <= i - s + 1 and to stream r's entry at i - (s - r) for 1 < r <= s: exactly
+  the cache a draft holds at its s-th step. Every stream predicts f_{i+1}; stream s is
+  defined for i >= s - 1. Returns [stream 1 .. stream `steps`], each [B, T, D].
+  """
+  b, t = next_tokens.shape
+  positions = positions_for(None, b, t)
+  e = embed(params, cfg, next_tokens, positions)
+  i = jnp.arange(t)
+  kv = [[] for _ in params["layers"]]  # per layer: (k, v) of each stream so far
+  outs, inp = [], features
+  for s in range(1, steps + 1):
+    mask = jnp.concatenate(
+        [i[None, :] <= i[:, None] - (s - 1)] +
+        [i[None, :] == i[:, None] - (s - r) for r in range(2, s + 1)], axis=1)[None]  # [1, T, sT]
+    x = _fc(params, e, inp)
+    for layer, p in enumerate(params["layers"]):
+      q, k, v = project_qkv(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions)
+      kv[layer].append((k, v))
+      keys = jnp.concatenate([kk for kk, _ in kv[layer]], axis=1)
+      values = jnp.concatenate([vv for _, vv in kv[layer]], axis=1)
+      x = x + attend(p["attn"], cfg, q, keys, values, mask)
+      x = x + mlp(p["mlp"], cfg, norm(p["mlp_norm"], cfg, x))
+    outs.append(x)
+    inp = jnp.concatenate([x[:, :1], x[:, :-1]], axis=1)  # stream s+1 at i reads x[i - 1]
+  return outs

@@ -48,8 +48,8 @@ def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
   return (x * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
 
 
-def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
-  """Causal self-attention; returns the output and the layer's updated (k, v)."""
+def project_qkv(p: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array):
+  """x [B, T, D] -> q [B, T, H, E], k and v [B, T, K, E] (rotary applied for Llama)."""
   b, t, _ = x.shape
   h, kh, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
   q = _dense(p["q"], x).reshape(b, t, h, e)
@@ -57,24 +57,40 @@ def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
   v = _dense(p["v"], x).reshape(b, t, kh, e)
   if not cfg.is_gpt2:
     q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+  return q, k, v
+
+
+def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax.Array,
+           mask: jax.Array) -> jax.Array:
+  """Grouped-query attention of q [B, T, H, E] over keys/values [B, S, K, E] where
+  mask [B or 1, T, S] is True; returns the output projection [B, T, D]."""
+  b, t, h, e = q.shape
+  kh = keys.shape[2]
+  qg = q.reshape(b, t, kh, h // kh, e)
+  scores = jnp.einsum("btkge,bske->bkgts", qg, keys.astype(q.dtype)).astype(jnp.float32)
+  scores = scores / jnp.sqrt(jnp.float32(e))
+  scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+  out = jnp.einsum("bkgts,bske->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
+  return _dense(p["o"], out)
+
+
+def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
+  """Causal self-attention; returns the output and the layer's updated (k, v)."""
+  q, k, v = project_qkv(p, cfg, x, positions)
   if layer_kv is None:  # cache-free: attend within the sequence
-    keys, values, key_pos = k, v, jnp.arange(t)
+    keys, values, key_pos = k, v, jnp.arange(x.shape[1])
   else:
     keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
     values = write_rows(layer_kv[1], v, lengths)
     layer_kv = (keys, values)
     key_pos = jnp.arange(keys.shape[1])
   mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, S]
-  qg = q.reshape(b, t, kh, h // kh, e)
-  scores = jnp.einsum("btkge,bske->bkgts", qg, keys.astype(q.dtype)).astype(jnp.float32)
-  scores = scores / jnp.sqrt(jnp.float32(e))
-  scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-  weights = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
-  out = jnp.einsum("bkgts,bske->btkge", weights, values.astype(x.dtype)).reshape(b, t, h * e)
-  return _dense(p["o"], out), layer_kv
+  return attend(p, cfg, q, keys, values, mask), layer_kv
 
 
-def _mlp(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+def mlp(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+  """The block's MLP (GELU for GPT-2, SwiGLU for Llama)."""
   if cfg.is_gpt2:
     return _dense(p["proj"], jax.nn.gelu(_dense(p["fc"], x), approximate=True))
   return _dense(p["down"], jax.nn.silu(_dense(p["gate"], x)) * _dense(p["up"], x))
@@ -112,7 +128,7 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
     attn, layer_kv = _attention(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions,
                                 layer_kv, lengths)
     x = x + attn
-    x = x + _mlp(p["mlp"], cfg, norm(p["mlp_norm"], cfg, x))
+    x = x + mlp(p["mlp"], cfg, norm(p["mlp_norm"], cfg, x))
     if cache is not None:
       new_k.append(layer_kv[0])
       new_v.append(layer_kv[1])

@@ -53,13 +53,7 @@ def build_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
   else:
     raise ValueError(f"Unknown draft init {init!r}; expected 'target' or 'random'.")
   params["embed"] = target_params["embed"]
-  if "pos_embed" in target_params:
-    params["pos_embed"] = target_params["pos_embed"]
-  if not cfg.tie_embeddings:
-    params["lm_head"] = target_params["lm_head"]
-  if head_vocab is not None:
-    params["head_vocab"] = jnp.asarray(np.sort(np.asarray(head_vocab)), jnp.int32)
-  return cfg, params
+  return cfg, _share_target(params, cfg, target_params, head_vocab)
 
 
 def build_feature_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
@@ -79,13 +73,19 @@ def build_feature_draft(target_cfg: ModelConfig, target_params: dict, *, n_layer
   fc = jnp.concatenate([init_std * jax.random.normal(k_fc, (d, d)), jnp.eye(d)], 0).astype(dtype)
   params = {"layers": fresh["layers"], "fc": {"kernel": fc}, "embed": target_params["embed"],
             "final_norm": target_params["final_norm"]}
+  return cfg, _share_target(params, cfg, target_params, head_vocab)
+
+
+def _share_target(params: dict, cfg: ModelConfig, target_params: dict, head_vocab) -> dict:
+  """Adds the target's position embeddings and untied head (shared, frozen) and the
+  sorted reduced vocabulary, if any."""
   if "pos_embed" in target_params:
     params["pos_embed"] = target_params["pos_embed"]
   if not cfg.tie_embeddings:
     params["lm_head"] = target_params["lm_head"]
   if head_vocab is not None:
     params["head_vocab"] = jnp.asarray(np.sort(np.asarray(head_vocab)), jnp.int32)
-  return cfg, params
+  return params
 
 
 def frequent_vocab(counts: np.ndarray, size: int, always: Sequence[int] = ()) -> np.ndarray:

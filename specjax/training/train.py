@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from specjax.models import ModelConfig, feature_forward, is_feature_draft
-from specjax.models.feature_draft import unit_rms
+from specjax.models.feature_draft import feature_forward_unrolled, unit_rms
 from specjax.training import data as data_lib
 from specjax.training import draft as draft_lib
 from specjax.training import sharding as sharding_lib
@@ -65,7 +65,8 @@ def make_optimizer(optim, total_steps: int):
 
 def make_train_step(draft_cfg: ModelConfig, target_cfg: ModelConfig, tx, schedule,
                     loss_name: str, beta: float, feature: bool = False,
-                    feature_weight: float = 1.0, feature_noise: float = 0.0):
+                    feature_weight: float = 1.0, feature_noise: float = 0.0,
+                    unroll_steps: int = 1):
   """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated.
 
   feature: the draft is a feature draft (EAGLE); the batch then carries the target's
@@ -78,7 +79,7 @@ def make_train_step(draft_cfg: ModelConfig, target_cfg: ModelConfig, tx, schedul
     if feature:
       loss_fn = lambda trainable: feature_losses(
           {**frozen, **trainable}, draft_cfg, batch, loss_name, beta, feature_weight,
-          feature_noise, jax.random.fold_in(state.rng, state.step))
+          feature_noise, jax.random.fold_in(state.rng, state.step), unroll_steps)
       mask = batch["mask"][:, 1:]
     else:
       support = support_ids(frozen, draft_cfg)  # [N]
@@ -104,31 +105,41 @@ def make_train_step(draft_cfg: ModelConfig, target_cfg: ModelConfig, tx, schedul
 
 
 def feature_losses(params: dict, cfg: ModelConfig, batch: dict, loss_name: str, beta: float,
-                   feature_weight: float, noise: float, key: jax.Array):
+                   feature_weight: float, noise: float, key: jax.Array, unroll_steps: int = 1):
   """The feature draft's loss on a batch with the target's features [B, L, D].
 
   Position j reads (f_j, token j+1) and predicts f_{j+1}: loss = distillation loss between
   the head on the prediction and the head on the target's f_{j+1} (the target's own
   distribution for token j+2, on the draft's support) + feature_weight x smooth-L1 between
-  the (unit-RMS) features. noise: std of Gaussian noise added to the unit-RMS input features (as EAGLE does,
-  so the draft tolerates its own imperfect features when it drafts several tokens).
-  Returns (loss, (student log-probs, teacher log-probs) at positions 0..L-2, {"distill_loss",
-  "feature_loss"}).
+  the (unit-RMS) features. noise: std of Gaussian noise added to the unit-RMS input features
+  (as EAGLE does). unroll_steps > 1 also trains the draft on its own predicted features,
+  as it drafts tokens 2..k (`feature_forward_unrolled`); the streams' losses are averaged.
+  Returns (loss, (stream-1 student log-probs, teacher log-probs) at positions 0..L-2,
+  {"distill_loss", "feature_loss"} of stream 1, and "distill_loss_s{s}" of later streams).
   """
   feats = batch["features"].astype(jnp.float32)  # [B, L, D]
   inp = feats[:, :-1]
   if noise:
     inp = unit_rms(inp) + noise * jax.random.normal(key, inp.shape)  # noise relative to RMS
-  pred, _ = feature_forward(params, cfg, inp, batch["tokens"][:, 1:])  # [B, L-1, D]
+  preds = feature_forward_unrolled(params, cfg, inp, batch["tokens"][:, 1:], unroll_steps)
   target_feats = feats[:, 1:]
   teacher = jax.lax.stop_gradient(jax.nn.log_softmax(support_logits(params, cfg, target_feats), -1))
-  student = jax.nn.log_softmax(support_logits(params, cfg, pred), -1)
   mask = batch["mask"][:, 1:]  # position j+1 predicts a sampled token
-  # Smooth L1 on unit-RMS features: the head's final norm ignores scale.
-  reg = optax.huber_loss(unit_rms(pred), unit_rms(target_feats)).mean(-1)  # [B, L-1]
-  reg = (reg * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-  dist = distill_loss(loss_name, teacher, student, mask, beta)
-  return dist + feature_weight * reg, (student, teacher, {"distill_loss": dist, "feature_loss": reg})
+  total, parts, first = 0.0, {}, None
+  for s, pred in enumerate(preds):
+    m = mask * (jnp.arange(mask.shape[1]) >= s)[None]  # stream s+1 starts at position s
+    student = jax.nn.log_softmax(support_logits(params, cfg, pred), -1)
+    dist = distill_loss(loss_name, teacher, student, m, beta)
+    # Smooth L1 on unit-RMS features: the head's final norm ignores scale.
+    reg = optax.huber_loss(unit_rms(pred), unit_rms(target_feats)).mean(-1)  # [B, L-1]
+    reg = (reg * m).sum() / jnp.maximum(m.sum(), 1.0)
+    total = total + dist + feature_weight * reg
+    if s == 0:
+      first = student
+      parts.update(distill_loss=dist, feature_loss=reg)
+    else:
+      parts[f"distill_loss_s{s + 1}"] = dist
+  return total / len(preds), (first, teacher, parts)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -325,7 +336,8 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
   train_step = make_train_step(draft_cfg, target.cfg, tx, schedule, config.loss.name,
                                config.loss.beta, feature=feature,
                                feature_weight=config.draft.get("feature_weight", 1.0),
-                               feature_noise=config.draft.get("feature_noise", 0.0))
+                               feature_noise=config.draft.get("feature_noise", 0.0),
+                               unroll_steps=config.draft.get("unroll_steps", 1))
   writer = MetricsWriter(workdir)
   full = lambda st: {**frozen, **st.params}
 
