@@ -16,7 +16,7 @@ def get_config():
   c.target = "smollm2-135m"
   # Comma-separated: "ngram:N", "early_exit:N", model sources (registry name, directory) or
   # "asset:DIR" (a draft asset directory with its reduced output head, as shipped).
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,smollm2-135m-draft-lm"
   c.allow_hub = False  # look unregistered draft names up on the Hugging Face hub
   c.k = 4
   c.max_new_tokens = 64

@@ -14,7 +14,7 @@ import ml_collections
 def get_config():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"  # as in configs/benchmark.py
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,smollm2-135m-draft-lm"  # as in configs/benchmark.py
   c.allow_hub = False
   c.ks = "1,2,4,6"  # comma-separated
   c.temperatures = "0.0,1.0"  # comma-separated; 0 = greedy

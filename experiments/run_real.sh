@@ -19,3 +19,6 @@ $PY scripts/acceptance_curves.py --config=experiments/drafter_by_category/config
 $PY scripts/eval_draft.py --config=configs/distill_smollm2.py \
     --asset=specjax/assets/smollm2-135m-draft --num_prompts=16 --max_new=48 \
     --speed_prompts=4 --speed_ks=2,4 --out=experiments/distill_smollm2/results.json
+$PY scripts/eval_draft.py --config=configs/distill_smollm2_lm.py \
+    --asset=specjax/assets/smollm2-135m-draft-lm --num_prompts=16 --max_new=48 \
+    --speed_prompts=4 --speed_ks=2,4 --out=experiments/distill_smollm2_lm/results.json

@@ -1,11 +1,14 @@
 """Exports a trained draft from a distillation workdir.
 
     python scripts/export_hf.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2 \
-        --asset=specjax/assets/smollm2-135m-draft --hf_dir=/tmp/smollm2-135m-draft-hf
+        --asset=specjax/assets/smollm2-135m-draft
+    python scripts/export_hf.py --config=configs/distill_smollm2_lm.py --workdir=/tmp/distill_smollm2_lm \
+        --asset=specjax/assets/smollm2-135m-draft-lm --hf_dir=/tmp/smollm2-135m-draft-lm-hf
 
 --asset: the shipped form (own tensors in float16, embeddings shared with the target).
 --hf_dir: a full Hugging Face LlamaForCausalLM directory (config.json + safetensors +
-tokenizer) that transformers can use as `assistant_model`.
+tokenizer) that transformers can use as `assistant_model` (LM drafts only: a feature
+draft reads the target's hidden states and has no transformers form).
 Takes the best-alpha checkpoint (--nobest: the latest).
 """
 import os

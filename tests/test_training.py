@@ -255,34 +255,64 @@ def test_distill_script_runs_end_to_end(tmp_path):
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def _shipped(name):
+  asset = os.path.join(ROOT, "specjax", "assets", name)
+  if not os.path.isdir(asset):
+    pytest.fail(f"the shipped draft specjax/assets/{name} is missing")
+  size = sum(os.path.getsize(os.path.join(asset, f)) for f in os.listdir(asset))
+  assert size <= 25 * 2 ** 20
+  return asset
+
+
+def _chat_ids(target):
+  prompts = ["What is the capital of France?", "Write a Python function to add two numbers."]
+  return [target.encode(p, chat=True) for p in prompts]
+
+
 @pytest.mark.real_model
-def test_shipped_draft_greedy_output_equals_target_alone():
+def test_shipped_default_draft_greedy_output_equals_target_alone():
+  """The default draft (a feature draft) loads by name and is exact on the embedded target."""
   import specjax
   from specjax.loading import load_model
   from specjax.training import export
-  asset = os.path.join(ROOT, "specjax", "assets", "smollm2-135m-draft")
-  if not os.path.isdir(asset):
-    pytest.fail("the shipped draft specjax/assets/smollm2-135m-draft is missing")
-  size = sum(os.path.getsize(os.path.join(asset, f)) for f in os.listdir(asset))
-  assert size <= 25 * 2 ** 20
+  asset = _shipped("smollm2-135m-draft")
+  target = load_model("smollm2-135m")
+  draft = load_model("smollm2-135m-draft", target=target)
+  assert "fc" in draft.params and "head_vocab" in draft.params
+  assert draft.cfg.n_layers < target.cfg.n_layers
+  ids = _chat_ids(target)
+  alone = specjax.generate(target, ids, 24)
+  spec = specjax.generate(target, ids, 24, draft=draft, k=4)
+  assert spec.tokens == alone.tokens
+  assert spec.stats.acceptance_rate > 0.2  # undistilled init: ~0.03
+  same = export.load_asset(asset, target=target)
+  np.testing.assert_array_equal(np.asarray(same.params["fc"]["kernel"]),
+                                np.asarray(draft.params["fc"]["kernel"]))
+
+
+@pytest.mark.real_model
+def test_shipped_lm_draft_greedy_output_equals_target_alone():
+  import specjax
+  from specjax.loading import load_model
+  from specjax.training import export
+  asset = _shipped("smollm2-135m-draft-lm")
   target = load_model("smollm2-135m")
   draft = export.load_asset(asset, target=target)
   assert draft.cfg.n_layers < target.cfg.n_layers and "head_vocab" in draft.params
-  prompts = ["What is the capital of France?", "Write a Python function to add two numbers."]
-  ids = [target.encode(p, chat=True) for p in prompts]
+  ids = _chat_ids(target)
   alone = specjax.generate(target, ids, 24)
   spec = specjax.generate(target, ids, 24, draft=draft, k=4)
   assert spec.tokens == alone.tokens
   assert spec.stats.acceptance_rate > 0.1  # undistilled init: ~0.03
   # The registry name gives the same draft, reduced head included; the "-hf" name the
   # full-head Hugging Face export, equal on the reduced vocabulary.
-  reg = load_model("smollm2-135m-draft")
+  reg = load_model("smollm2-135m-draft-lm")
   assert reg.cfg == draft.cfg
   np.testing.assert_array_equal(np.asarray(reg.params["head_vocab"]),
                                 np.asarray(draft.params["head_vocab"]))
   np.testing.assert_allclose(np.asarray(reg.logits(ids[0])), np.asarray(draft.logits(ids[0])),
                              atol=1e-5)
-  full = load_model("smollm2-135m-draft-hf")
+  full = load_model("smollm2-135m-draft-lm-hf")
   assert full.cfg == draft.cfg and "head_vocab" not in full.params
   hv = np.asarray(draft.params["head_vocab"])
   np.testing.assert_allclose(np.asarray(full.logits(ids[0]))[:, hv],

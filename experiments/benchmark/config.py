@@ -8,7 +8,7 @@ from configs import benchmark
 
 def get_config():
   c = benchmark.get_config()
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft-lm"
   c.k = 4
   c.max_new_tokens = 64
   c.repeats = 2

@@ -9,7 +9,7 @@ from configs import curves
 
 def get_config():
   c = curves.get_config()
-  c.drafters = "ngram:3,smollm2-135m-draft"
+  c.drafters = "ngram:3,smollm2-135m-draft-lm"
   c.ks = "1,2,4,6"
   c.temperatures = "0.0,1.0"
   c.max_new_tokens = 48

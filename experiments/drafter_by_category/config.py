@@ -11,7 +11,7 @@ from configs import curves
 
 def get_config():
   c = curves.get_config()
-  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft"
+  c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft-lm"
   c.ks = "4"
   c.temperatures = "0.0"
   c.max_new_tokens = 48

@@ -12,6 +12,6 @@ from configs import seed_card
 def get_config():
   c = seed_card.get_config()
   c.target = "smollm2-135m"
-  c.draft = "smollm2-135m-draft"
+  c.draft = "smollm2-135m-draft-lm"
   c.fallback_draft = "ngram:3"
   return c

@@ -61,28 +61,36 @@ def names() -> list[str]:
 # Maintained with the distillation trainer (specjax/training/export.py). The asset
 # holds only the draft's own tensors and its reduced output head; its frozen
 # embeddings come from the target. `load_model` recognises an asset directory (it
-# holds specjax_draft.json) and assembles the draft; the "-hf" name materialises a
-# full Hugging Face directory (full output head) for transformers, once, in a cache.
+# holds specjax_draft.json) and assembles the draft; a "-hf" name materialises a
+# full Hugging Face directory (full output head) for transformers, once, in a cache
+# (LM drafts only: a feature draft reads the target's hidden states).
 
-def _shipped_asset(name: str) -> str:
+def _shipped_asset(name: str, config: str) -> str:
   path = asset_path(name)
   if not os.path.isfile(os.path.join(path, "specjax_draft.json")):
     raise LoadError(f"{name}: the shipped draft is missing from {path}; reinstall specjax "
                     "(`pip install -e .` from the repository) or retrain it with "
-                    "`python scripts/distill.py --config=configs/distill_smollm2.py`.")
+                    f"`python scripts/distill.py --config={config}`.")
   return path
 
 
 def smollm2_135m_draft() -> str:
-  """The distilled default draft for smollm2-135m (specjax/assets/smollm2-135m-draft)."""
-  return _shipped_asset("smollm2-135m-draft")
+  """The default draft for smollm2-135m: an EAGLE-style feature draft over the target's
+  hidden states (specjax/assets/smollm2-135m-draft; configs/distill_smollm2.py)."""
+  return _shipped_asset("smollm2-135m-draft", "configs/distill_smollm2.py")
 
 
-def smollm2_135m_draft_hf() -> str:
-  """The same draft as a full Hugging Face directory (full head), e.g. for transformers."""
+def smollm2_135m_draft_lm() -> str:
+  """A 2-block LM draft for smollm2-135m (specjax/assets/smollm2-135m-draft-lm)."""
+  return _shipped_asset("smollm2-135m-draft-lm", "configs/distill_smollm2_lm.py")
+
+
+def smollm2_135m_draft_lm_hf() -> str:
+  """The LM draft as a full Hugging Face directory (full head), e.g. for transformers."""
   from specjax.training.export import materialize_hf
-  return materialize_hf(_shipped_asset("smollm2-135m-draft"))
+  return materialize_hf(smollm2_135m_draft_lm())
 
 
 register("smollm2-135m-draft", smollm2_135m_draft)
-register("smollm2-135m-draft-hf", smollm2_135m_draft_hf)
+register("smollm2-135m-draft-lm", smollm2_135m_draft_lm)
+register("smollm2-135m-draft-lm-hf", smollm2_135m_draft_lm_hf)
