@@ -29,6 +29,7 @@ def get_config():
   c.seed = 0
   c.target = "smollm2-135m"
   c.prompts = ml_collections.ConfigDict(dict(num_train=0, num_heldout=0, max_prompt_len=0, chat=True))
+  # init: LM drafts only (a feature draft's block always starts random, N(0, init_std)).
   c.draft = ml_collections.ConfigDict(dict(kind="feature", n_layers=1, init="random", init_std=0.02,
                                            head_vocab_size=4096, train_embeddings=False,
                                            feature_noise=0.05, feature_weight=1.0,

@@ -3,6 +3,7 @@ reference round by round, the unrolled training forward equals drafting on the d
 own features, training on a toy target raises alpha, and the asset round-trips."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import types
@@ -23,6 +24,7 @@ from tiny_models import random_prompts, tiny
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = tiny("llama", seed=0)
 ROUNDS = 32  # >= max_new: every round yields at least one token
+DRAFT_CFG = dataclasses.replace(TARGET.cfg, n_layers=2)  # the feature drafts tested here
 
 
 @flax.struct.dataclass
@@ -50,17 +52,40 @@ class Recorder:
     return k
 
 
-def _reference_drafts(draft_cfg, draft_params, tokens, k):
+WIDTH = 64  # reference calls are right-padded to one width: one compile, causal models
+             # keep the padding out of the real positions
+
+
+@jax.jit
+def _target_features(tokens):
+  return forward_hidden(TARGET.params, TARGET.cfg, _pad(tokens))[0]
+
+
+def _pad(x):
+  return jnp.pad(x, ((0, 0), (0, WIDTH - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
+
+
+@jax.jit
+def _last_prediction(params, features, next_tokens, n):
+  """feature_forward over the first n positions (cache-free) -> prediction at n - 1 [B, D]."""
+  pred, _ = feature_forward(params, DRAFT_CFG, features, next_tokens)
+  return jnp.take(pred, n - 1, axis=1)
+
+
+def _predict(params, feats, nxt):
+  return _last_prediction(params, _pad(feats), _pad(nxt), nxt.shape[1])
+
+
+def _reference_drafts(draft_params, tokens, k):
   """Cache-free: target features of tokens[:-1], then k feature-draft steps feeding back
   the draft's own predicted features -> k greedy drafts."""
   toks = jnp.asarray(tokens)[None]
-  feats, _ = forward_hidden(TARGET.params, TARGET.cfg, toks[:, :-1])  # f_0 .. f_{n-2}
+  feats = _target_features(toks[:, :-1])[:, :toks.shape[1] - 1]  # f_0 .. f_{n-2}
   nxt = toks[:, 1:]  # tokens 1 .. n-1
   out = []
   for _ in range(k):
-    pred, _ = feature_forward(draft_params, draft_cfg, feats, nxt)
-    f = pred[:, -1:]
-    d = jnp.argmax(head(draft_params, draft_cfg, f)[0, 0])
+    f = _predict(draft_params, feats, nxt)[:, None]  # [1, 1, D]
+    d = jnp.argmax(head(draft_params, DRAFT_CFG, f)[0, 0])
     out.append(int(d))
     feats = jnp.concatenate([feats, f], 1)
     nxt = jnp.concatenate([nxt, d[None, None].astype(nxt.dtype)], 1)
@@ -71,9 +96,9 @@ def test_engine_drafts_equal_cache_free_reference():
   k = 3
   # The draft shares the target's embeddings; its block is the target's first block so that
   # it agrees often enough for rounds to accept different numbers of tokens.
-  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=2,
                                     key=jax.random.PRNGKey(1), init_std=0.3)
-  params["layers"] = TARGET.params["layers"][:1]
+  params["layers"] = TARGET.params["layers"][:2]
   prompts = random_prompts(3, TARGET.cfg.vocab_size, lo=3, hi=9, seed=2)
   p_len = 16
   prompt = np.zeros((3, p_len), np.int32)
@@ -90,7 +115,7 @@ def test_engine_drafts_equal_cache_free_reference():
     rounds = int(state.rounds[b])
     for r in range(rounds):
       n = int(n_log[r, b])
-      want = _reference_drafts(cfg, params, tokens[b, :n], k)
+      want = _reference_drafts(params, tokens[b, :n], k)
       assert drafts_log[r, b].tolist() == want, (b, r)
       if r + 1 < rounds:
         gains.add(int(n_log[r + 1, b]) - n)
@@ -102,6 +127,7 @@ def test_unrolled_training_forward_equals_drafting_on_own_features():
   `feature_forward` from the target's features up to i - s + 1, cache-free."""
   cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=2,
                                     key=jax.random.PRNGKey(1), init_std=0.3)
+  assert cfg == DRAFT_CFG
   toks = jnp.asarray(np.random.default_rng(0).integers(0, TARGET.cfg.vocab_size, (2, 12)))
   f, _ = forward_hidden(TARGET.params, TARGET.cfg, toks)
   outs = feature_forward_unrolled(params, cfg, f[:, :-1], toks[:, 1:], 3)
@@ -110,12 +136,12 @@ def test_unrolled_training_forward_equals_drafting_on_own_features():
   for s in (2, 3):
     for i in range(s - 1, 11):
       j0 = i - s + 1  # the last position with a target feature
-      feats, nxt = f[:, :j0 + 1], toks[:, 1:j0 + 2]
-      pred, _ = feature_forward(params, cfg, feats, nxt)
+      feats = f[:, :j0 + 1]
       for step in range(1, s):
-        feats = jnp.concatenate([feats, pred[:, -1:]], 1)
-        pred, _ = feature_forward(params, cfg, feats, toks[:, 1:j0 + 2 + step])
-      np.testing.assert_allclose(outs[s - 1][:, i], pred[:, -1], atol=1e-4, rtol=1e-4)
+        pred = _predict(params, feats, toks[:, 1:j0 + 1 + step])
+        feats = jnp.concatenate([feats, pred[:, None]], 1)
+      pred = _predict(params, feats, toks[:, 1:j0 + 1 + s])
+      np.testing.assert_allclose(outs[s - 1][:, i], pred, atol=1e-4, rtol=1e-4)
 
 
 def test_toy_feature_distillation_raises_alpha(tmp_path):
