@@ -42,6 +42,29 @@ def _rows_slice(tokens: jax.Array, starts: jax.Array, size: int) -> jax.Array:
   return jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, size))(tokens, starts)
 
 
+def sample_chain(first_logits: jax.Array, carry, step_fn, ctx: DraftContext, key: jax.Array):
+  """Samples k drafts, each fed back to the drafter: d_1 from first_logits [B, V], then
+  d_{i+1} from `step_fn(carry, d_i) -> (logits [B, V], carry)`, k - 1 times in a scan.
+
+  Returns drafts [B, k], their warped distributions q [B, k, V] and the final carry.
+  """
+  keys = jax.random.split(key, ctx.k)
+  q0 = sampling_lib.warp(first_logits, ctx.sampling)
+  x0 = sampling_lib.sample(keys[0], q0)
+
+  def step(state, step_key):
+    carry, x = state
+    logits, carry = step_fn(carry, x)
+    q = sampling_lib.warp(logits, ctx.sampling)
+    nxt = sampling_lib.sample(step_key, q)
+    return (carry, nxt), (nxt, q)
+
+  (carry, _), (xs, qs) = jax.lax.scan(step, (carry, x0), keys[1:])
+  drafts = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, k]
+  q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, k, V]
+  return drafts, q, carry
+
+
 def draft_autoregressive(params, cfg: ModelConfig, cache: KVCache, first: jax.Array,
                          first_idx: jax.Array, n_tokens: jax.Array, ctx: DraftContext,
                          key: jax.Array, n_layers: Optional[int] = None):
@@ -51,24 +74,14 @@ def draft_autoregressive(params, cfg: ModelConfig, cache: KVCache, first: jax.Ar
   (a draft cache can lag the target by one token after a fully accepted round).
   Returns drafts [B, k], q [B, k, V] and the cache holding n_tokens + k - 1 entries.
   """
-  keys = jax.random.split(key, ctx.k)
   logits, cache = forward(params, cfg, first, cache, n_layers)  # [B, T0, V]
   logits = jnp.take_along_axis(logits, first_idx[:, None, None], axis=1)[:, 0]  # [B, V]
-  cache = cache.with_lengths(n_tokens)
-  q0 = sampling_lib.warp(logits, ctx.sampling)
-  x0 = sampling_lib.sample(keys[0], q0)
 
-  def step(carry, step_key):
-    cache, x = carry
+  def step(cache, x):
     logits, cache = forward(params, cfg, x[:, None], cache, n_layers)
-    q = sampling_lib.warp(logits[:, 0], ctx.sampling)
-    nxt = sampling_lib.sample(step_key, q)
-    return (cache, nxt), (nxt, q)
+    return logits[:, 0], cache
 
-  (cache, _), (xs, qs) = jax.lax.scan(step, (cache, x0), keys[1:])
-  drafts = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, k]
-  q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, k, V]
-  return drafts, q, cache
+  return sample_chain(logits, cache.with_lengths(n_tokens), step, ctx, key)
 
 
 @flax.struct.dataclass
@@ -137,21 +150,15 @@ class FeatureDrafter:
     nxt = _rows_slice(ctx.tokens, start + 1, k + 1)  # [B, k+1]
     pred, cache = feature_forward(self.params, self.cfg, feats, nxt, state.cache)
     f = jnp.take_along_axis(pred, (ctx.n_tokens - 2 - start)[:, None, None], axis=1)  # [B, 1, D]
-    cache = cache.with_lengths(ctx.n_tokens - 1)
-    keys = jax.random.split(key, k)
-    q0 = sampling_lib.warp(head(self.params, self.cfg, f)[:, 0], ctx.sampling)
-    x0 = sampling_lib.sample(keys[0], q0)
+    logits = head(self.params, self.cfg, f)[:, 0]  # [B, V]
 
-    def step(carry, step_key):
-      cache, f, x = carry
+    def step(carry, x):
+      cache, f = carry
       f, cache = feature_forward(self.params, self.cfg, f, x[:, None], cache)
-      q = sampling_lib.warp(head(self.params, self.cfg, f)[:, 0], ctx.sampling)
-      nxt = sampling_lib.sample(step_key, q)
-      return (cache, f, nxt), (nxt, q)
+      return head(self.params, self.cfg, f)[:, 0], (cache, f)
 
-    (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, f, x0), keys[1:])
-    drafts = jnp.concatenate([x0[:, None], xs.T], axis=1)  # [B, k]
-    q = jnp.concatenate([q0[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, k, V]
+    drafts, q, (cache, _) = sample_chain(logits, (cache.with_lengths(ctx.n_tokens - 1), f), step,
+                                         ctx, key)
     # Keep only entries built from target features; the verify pass brings the rest.
     state = FeatureDraftState(cache=cache.with_lengths(ctx.n_tokens - 1), features=state.features)
     return drafts, q, state, ctx.target_cache
