@@ -15,7 +15,6 @@ because the 2-core CPU is shared and noisy. Definitions of every field are in
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 from typing import Optional
@@ -228,12 +227,8 @@ def _hf_assistant(config, drafts: dict, peers):
 
 def _is_feature_asset(directory: str) -> bool:
   """A shipped feature draft (reads the target's hidden states; no transformers form)."""
-  from specjax.training.export import META_FILE
-  path = os.path.join(directory, META_FILE)
-  if not os.path.isfile(path):
-    return False
-  with open(path, encoding="utf-8") as f:
-    return json.load(f).get("kind") == "feature"
+  from specjax.loading.hf import read_draft_meta
+  return (read_draft_meta(directory) or {}).get("kind") == "feature"
 
 
 def _f(x, spec="{:.2f}"):

@@ -38,6 +38,15 @@ def read_json(path: str, source: str) -> dict:
     raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({e}).") from e
 
 
+DRAFT_META_FILE = "specjax_draft.json"  # written next to a draft's weights (training/export.py)
+
+
+def read_draft_meta(directory: str) -> Optional[dict]:
+  """A draft directory's specjax_draft.json (None when it has none); LoadError if unreadable."""
+  path = os.path.join(directory, DRAFT_META_FILE)
+  return read_json(path, directory) if os.path.isfile(path) else None
+
+
 def model_type_of(hf: dict, source: str) -> str:
   """The supported model_type ("gpt2" | "llama" | "qwen2") of a config.json dict."""
   archs = hf.get("architectures") or []

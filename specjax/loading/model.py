@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -143,14 +142,13 @@ def _is_draft_asset(path: str) -> bool:
   """A draft asset directory (specjax/training/export.py): its specjax_draft.json names
   the target whose embeddings it shares. (A full Hugging Face export has that file too,
   without the name, and loads as a plain directory.)"""
-  meta = os.path.join(path, "specjax_draft.json")
-  if not os.path.isfile(meta):
+  if not os.path.isdir(path):
     return False
   try:
-    with open(meta, encoding="utf-8") as f:
-      return "shares_embeddings_with" in json.load(f)
-  except (OSError, ValueError):
+    meta = hf.read_draft_meta(path)
+  except LoadError:
     return True  # unreadable metadata: load_asset raises the clear error
+  return meta is not None and "shares_embeddings_with" in meta
 
 
 def load_model(source: str, dtype="float32", target: Optional[Model] = None) -> Model:

@@ -67,7 +67,8 @@ def names() -> list[str]:
 
 def _shipped_asset(name: str, config: str) -> str:
   path = asset_path(name)
-  if not os.path.isfile(os.path.join(path, "specjax_draft.json")):
+  from specjax.loading.hf import DRAFT_META_FILE
+  if not os.path.isfile(os.path.join(path, DRAFT_META_FILE)):
     raise LoadError(f"{name}: the shipped draft is missing from {path}; reinstall specjax "
                     "(`pip install -e .` from the repository) or retrain it with "
                     f"`python scripts/distill.py --config={config}`.")

@@ -27,7 +27,7 @@ import numpy as np
 
 from specjax.models import ModelConfig
 
-META_FILE = "specjax_draft.json"
+from specjax.loading.hf import DRAFT_META_FILE as META_FILE, read_draft_meta
 FC_TENSOR = "fc.weight"  # a feature draft's input projection (as EAGLE names it)
 _NATIVE = "model.safetensors"
 
@@ -143,10 +143,9 @@ def save_asset(cfg: ModelConfig, params: dict, out_dir: str, *, target: str, **m
 def _read_asset(asset_dir: str):
   from specjax.errors import LoadError
   from specjax.loading import hf
-  meta_path = os.path.join(asset_dir, META_FILE)
-  if not os.path.isfile(meta_path):
+  meta = read_draft_meta(asset_dir)
+  if meta is None:
     raise LoadError(f"{asset_dir}: no {META_FILE}; not a specjax draft asset.")
-  meta = hf.read_json(meta_path, asset_dir)
   hf_cfg = hf.read_json(os.path.join(asset_dir, "config.json"), asset_dir)
   cfg = hf.config_from_hf(hf_cfg, asset_dir)
   tensors = hf.read_safetensors([os.path.join(asset_dir, _NATIVE)], asset_dir)
@@ -215,7 +214,7 @@ def materialize_hf(asset_dir: str, cache_dir: Optional[str] = None) -> str:
   if os.path.isfile(os.path.join(out, "DONE")):
     return out
   from specjax.errors import LoadError
-  if _read_asset(asset_dir)[0].get("kind") == "feature":
+  if (read_draft_meta(asset_dir) or {}).get("kind") == "feature":
     raise LoadError(f"{asset_dir} is a feature (EAGLE-style) draft: it reads the target's hidden "
                     "states, so it has no transformers form to use as assistant_model.")
   draft = load_asset(asset_dir)
