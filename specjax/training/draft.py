@@ -22,9 +22,14 @@ TRAINABLE_KEYS = ("layers", "final_norm")
 FEATURE_TRAINABLE_KEYS = ("layers", "fc")  # a feature draft keeps the target's final norm
 
 
+def is_feature(draft_config) -> bool:
+  """Whether a `config.draft` describes a feature (EAGLE-style) draft (kind="feature")."""
+  return draft_config.get("kind", "lm") == "feature"
+
+
 def trainable_keys(draft_config) -> tuple:
   """The top-level param keys the trainer optimises for a `config.draft`."""
-  keys = FEATURE_TRAINABLE_KEYS if draft_config.get("kind", "lm") == "feature" else TRAINABLE_KEYS
+  keys = FEATURE_TRAINABLE_KEYS if is_feature(draft_config) else TRAINABLE_KEYS
   return keys + (("embed",) if draft_config.get("train_embeddings", False) else ())
 
 

@@ -242,33 +242,28 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
   target_pool = None
   train_prompts = list(train_prompts) * d.get("samples_per_prompt", 1)
   if need_target_pool:
-    def make():
-      log(f"Sampling target continuations for {len(train_prompts)} prompts ...")
-      return data_lib.sample_pool(
-          target.params, target.cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
-          key=jax.random.fold_in(key, 1), eos_ids=target.eos_ids, temperature=d.temperature,
-          batch_size=d.sample_batch_size,
-          top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
-          progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
-    target_pool = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool"), make)
+    def sampler(temperature: float, stream: int):
+      def make():
+        log(f"Sampling target continuations (T = {temperature:g}) for {len(train_prompts)} "
+            "prompts ...")
+        return data_lib.sample_pool(
+            target.params, target.cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+            key=jax.random.fold_in(key, stream), eos_ids=target.eos_ids, temperature=temperature,
+            batch_size=d.sample_batch_size,
+            top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
+            progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
+      return make
+    target_pool = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool"),
+                                       sampler(d.temperature, 1))
     if d.get("greedy_pool", False):  # plus one greedy continuation per prompt
-      greedy = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool_greedy"), lambda: (
-          log(f"Greedy target continuations for {len(train_prompts)} prompts ..."),
-          data_lib.sample_pool(
-              target.params, target.cfg, train_prompts, max_new=d.max_new_tokens,
-              seq_len=d.seq_len, key=jax.random.fold_in(key, 3), eos_ids=target.eos_ids,
-              temperature=0.0, batch_size=d.sample_batch_size,
-              top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0))[1])
+      greedy = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool_greedy"),
+                                    sampler(0.0, 3))
       target_pool = data_lib.concat_batches([target_pool, greedy])
-  if config.draft.get("kind", "lm") == "feature":
+  if draft_lib.is_feature(config.draft):
     if d.source != "target":
       raise ValueError("A feature draft trains on target continuations (data.source='target'): "
                        "it cannot sample on its own without the target's features.")
-    target_pool["features"] = data_lib.cached_pool(
-        workdir and _pool_path(workdir, "target_features"),
-        lambda: (log("Target features of the pool ..."),
-                 {"features": data_lib.target_features(target_pool, target.params, target.cfg)})[1]
-    )["features"]
+    _add_features(target_pool, target, workdir and _pool_path(workdir, "target_features"), log)
   head_vocab = None
   if config.draft.head_vocab_size > 0:
     counts = data_lib.token_frequencies([target_pool], target.cfg.vocab_size)
@@ -278,9 +273,17 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
   return draft_cfg, draft_params, target_pool
 
 
+def _add_features(pool: dict, target, path: Optional[str], log) -> None:
+  """pool["features"]: the target's features of the pool's sequences, cached at `path`."""
+  def make():
+    log(f"Target features of {pool['tokens'].shape[0]} sequences ...")
+    return {"features": data_lib.target_features(pool, target.params, target.cfg)}
+  pool["features"] = data_lib.cached_pool(path, make)["features"]
+
+
 def init_draft(config, target, head_vocab=None):
   """The configured draft at initialisation (before any training) -> (cfg, params)."""
-  if config.draft.get("kind", "lm") == "feature":
+  if draft_lib.is_feature(config.draft):
     return draft_lib.build_feature_draft(
         target.cfg, target.params, n_layers=config.draft.n_layers,
         key=jax.random.fold_in(jax.random.PRNGKey(config.seed), 2), head_vocab=head_vocab,
@@ -308,17 +311,14 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
   mesh = sharding_lib.make_mesh()
   draft_cfg, draft_params, target_pool = prepare_draft(config, workdir, target, train_prompts, log)
   trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
-  feature = config.draft.get("kind", "lm") == "feature"
+  feature = draft_lib.is_feature(config.draft)
   eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
   heldout_pool = data_lib.cached_pool(_pool_path(workdir, "heldout_pool"), lambda: data_lib.sample_pool(
       target.params, target.cfg, heldout_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
       key=jax.random.PRNGKey(0), eos_ids=target.eos_ids, temperature=0.0,
       batch_size=d.sample_batch_size))
   if feature:
-    heldout_pool["features"] = data_lib.cached_pool(
-        _pool_path(workdir, "heldout_features"),
-        lambda: {"features": data_lib.target_features(heldout_pool, target.params, target.cfg)}
-    )["features"]
+    _add_features(heldout_pool, target, _pool_path(workdir, "heldout_features"), log)
 
   tx, schedule = make_optimizer(config.optim, config.num_steps)
   trainable = sharding_lib.replicate(trainable, mesh)
