@@ -46,13 +46,15 @@ def main(argv):
   import jax
   if FLAGS.distributed:
     jax.distributed.initialize()
+  from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
   from specjax.training.train import train
   config, workdir = FLAGS.config, FLAGS.workdir
   if jax.process_index() == 0:
     save_config(config, workdir)
   target, train_prompts, heldout_prompts = setup_target(config)
-  print(f"Target {target.name}, {len(train_prompts)} train / {len(heldout_prompts)} held-out "
+  n_train = sum(map(len, data_lib.prompt_sets(train_prompts).values()))
+  print(f"Target {target.name}, {n_train} train / {len(heldout_prompts)} held-out "
         f"prompts, {jax.device_count()} devices.", flush=True)
   summary = train(config, workdir, target, train_prompts, heldout_prompts,
                   log=lambda msg: print(msg, flush=True))

@@ -1,4 +1,4 @@
-"""Writes specjax/data/prompts_train.jsonl and prompts_heldout.jsonl.
+"""Writes specjax/data/prompts_train.jsonl, prompts_heldout.jsonl and prompts_train_extra.jsonl.
 
     python scripts/make_prompts.py
 
@@ -6,7 +6,10 @@ The project's own prompt set for distillation: chat questions, code, math,
 rewriting, summarising and extraction, composed from templates and topic lists.
 Each line is {"id", "category", "split", "text"}. The held-out split (about 15% of
 each category, chosen by a fixed seed) is never used for training; it is where
-acceptance rates are measured. Rerunning reproduces the files byte for byte.
+acceptance rates are measured. The extra training split (`train_extra`) holds template
+combinations that neither split uses (and fresh math problems): more training data for
+configs that ask for it (`config.prompts.train_sets`), disjoint from both. Rerunning
+reproduces the files byte for byte.
 """
 import itertools
 import json
@@ -162,18 +165,22 @@ def build(seed: int = 0):
   cats = {}
   chat = [tpl.format(t=t, a=rng.choice(AUDIENCES)) for t, tpl in itertools.product(TOPICS, CHAT_TEMPLATES)]
   rng.shuffle(chat)
+  unused = {"chat": chat[110:]}  # template combinations left for the extra split
   cats["chat"] = chat[:110] + ADVICE
   code = [tpl.format(l=l, c=c) for c, l, tpl in itertools.product(CODE_TASKS, LANGS, CODE_TEMPLATES)]
   rng.shuffle(code)
+  unused["code"] = code[70:]
   cats["code"] = code[:70] + CODE_EXPLAIN
   cats["math"] = math_prompts(rng)
   rewrite = [tpl.format(s=s) for s, tpl in itertools.product(SENTENCES, REWRITES)]
   rng.shuffle(rewrite)
+  unused["rewrite"] = rewrite[60:]
   cats["rewrite"] = rewrite[:60]
   cats["summarise"] = [tpl.format(p=p) for p, tpl in itertools.product(PASSAGES, SUMMARY_TEMPLATES)]
   cats["extraction"] = [tpl.format(x=x) for x, tpl in itertools.product(EXTRACT_TEXTS, EXTRACT_TEMPLATES)]
   creative = [tpl.format(t=t) for t, tpl in itertools.product(TOPICS, CREATIVE)]
   rng.shuffle(creative)
+  unused["creative"] = creative[30:]
   cats["creative"] = creative[:30]
   rows = {"train": [], "heldout": []}
   for cat, texts in cats.items():
@@ -183,7 +190,25 @@ def build(seed: int = 0):
     for i, text in enumerate(texts):
       split = "heldout" if i < n_held else "train"
       rows[split].append({"id": f"{cat}-{i:03d}", "category": cat, "split": split, "text": text})
+  rows["train_extra"] = build_extra(unused, {r["text"] for rs in rows.values() for r in rs})
   return rows
+
+
+EXTRA_COUNTS = {"chat": 100, "code": 80, "math": 60, "rewrite": 24, "creative": 40}
+
+
+def build_extra(unused: dict, taken: set, seed: int = 1) -> list:
+  """The extra training split: EXTRA_COUNTS prompts per category drawn from the unused
+  template combinations (math: fresh problems), none of them in `taken`."""
+  rng = random.Random(seed)
+  cats = dict(unused, math=math_prompts(rng))
+  out = []
+  for cat, n in EXTRA_COUNTS.items():
+    texts = [t for t in dict.fromkeys(cats[cat]) if t not in taken]
+    rng.shuffle(texts)
+    out += [{"id": f"{cat}-x{i:03d}", "category": cat, "split": "train_extra", "text": t}
+            for i, t in enumerate(texts[:n])]
+  return out
 
 
 def main():

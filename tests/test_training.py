@@ -105,9 +105,31 @@ def test_batch_order_is_a_pure_function_of_seed_and_step():
 
 def test_prompt_set_has_categories_and_a_disjoint_heldout_split():
   train, held = data_lib.load_prompts("train"), data_lib.load_prompts("heldout")
-  assert len(train) >= 300 and len(held) >= 40
+  extra = data_lib.load_prompts("train_extra")
+  assert len(train) >= 300 and len(held) >= 40 and len(extra) >= 300
   assert {r["category"] for r in held} == set(data_lib.CATEGORIES)
-  assert not {r["text"] for r in train} & {r["text"] for r in held}
+  texts = lambda rows: {r["text"] for r in rows}
+  assert len(texts(extra)) == len(extra)
+  assert not texts(train) & texts(held) and not texts(extra) & (texts(train) | texts(held))
+
+
+def test_each_prompt_set_gets_its_own_cached_pools(tmp_path):
+  from specjax.training.train import prepare_draft
+  c = _tiny_config(**{"data.greedy_pool": True})
+  t, tp, _ = _toy(c)
+  _, _, alone = prepare_draft(c, str(tmp_path / "a"), t, tp, log=lambda *_: None)
+  _, _, both = prepare_draft(c, str(tmp_path / "b"), t, {"train": tp, "more": tp[:8]},
+                             log=lambda *_: None)
+  files = sorted(os.listdir(tmp_path / "b" / "data"))
+  assert files == ["target_pool.npz", "target_pool_greedy.npz", "target_pool_greedy_more.npz",
+                   "target_pool_more.npz"]
+  n = 2 * len(tp)  # one temperature-1 and one greedy continuation per prompt
+  assert both["tokens"].shape[0] == n + 16
+  # Adding a set leaves the "train" set's pools as they were; the new set samples its own.
+  np.testing.assert_array_equal(both["tokens"][:n], alone["tokens"])
+  greedy_more = both["tokens"][n + 8:]
+  np.testing.assert_array_equal(greedy_more, alone["tokens"][len(tp):len(tp) + 8])
+  assert not np.array_equal(both["tokens"][n:n + 8], alone["tokens"][:8])  # fresh T = 1 draws
 
 
 # ------------------------------------------------------------------ end to end on a toy

@@ -44,6 +44,11 @@ def load_prompts(split: str = "train", path: Optional[str] = None) -> list[dict]
   return rows
 
 
+def prompt_sets(prompts) -> dict:
+  """{name: prompts}: a dict of named prompt sets as is, a plain list as the set "train"."""
+  return dict(prompts) if isinstance(prompts, dict) else {"train": list(prompts)}
+
+
 def encode_prompts(model, rows: Sequence[dict], chat: bool = True, max_len: int = 0) -> list[list[int]]:
   """Token ids of each prompt through `model.encode`, keeping the last max_len (0: all)."""
   out = []

@@ -8,7 +8,9 @@ from specjax.training import toy
 def setup_target(config):
   """config.target "toy" builds the toy target and random prompts; anything else is a
   `load_model` source whose tokenizer encodes the project's prompt set (chat template
-  applied when config.prompts.chat). num_train / num_heldout > 0 keep the first ones."""
+  applied when config.prompts.chat). num_train / num_heldout > 0 keep the first ones.
+  config.prompts.train_sets (default ("train",)) names the training splits; with more
+  than one the train prompts come as a dict {split: ids}, each split with its own pools."""
   p = config.prompts
   if config.target == "toy":
     t = toy.toy_target(seed=config.seed, **config.toy)
@@ -17,11 +19,15 @@ def setup_target(config):
     return t, train, held
   from specjax.loading import load_model
   target = load_model(config.target)
-  rows_train = data_lib.load_prompts("train")
+  sets = tuple(p.get("train_sets", ("train",)))
+  if "heldout" in sets:
+    raise ValueError("config.prompts.train_sets must not name the held-out split.")
+  rows_train = {s: data_lib.load_prompts(s) for s in sets}
   rows_held = data_lib.load_prompts("heldout")
   if p.num_train:
-    rows_train = rows_train[:p.num_train]
+    rows_train = {s: rows[:p.num_train] for s, rows in rows_train.items()}
   if p.num_heldout:
     rows_held = rows_held[:p.num_heldout]
   enc = lambda rows: data_lib.encode_prompts(target, rows, chat=p.chat, max_len=p.max_prompt_len)
-  return target, enc(rows_train), enc(rows_held)
+  train = {s: enc(rows) for s, rows in rows_train.items()}
+  return target, (train if len(train) > 1 else train[sets[0]]), enc(rows_held)

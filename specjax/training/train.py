@@ -235,35 +235,24 @@ def _pool_path(workdir: str, name: str) -> str:
 
 
 def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=print):
-  """Target pool (cached) -> draft vocabulary -> (draft_cfg, draft_params, target_pool)."""
+  """Target pools (cached) -> draft vocabulary -> (draft_cfg, draft_params, target_pool).
+
+  train_prompts: a list of prompts, or a dict of named prompt sets (`data_lib.prompt_sets`);
+  each set gets its own cached pools (the set "train" keeps the plain file names), and the
+  target pool is their concatenation in order.
+  """
   d = config.data
   key = jax.random.PRNGKey(config.seed)
   need_target_pool = d.source in ("target", "mix") or config.draft.head_vocab_size > 0
+  feature = draft_lib.is_feature(config.draft)
+  if feature and d.source != "target":
+    raise ValueError("A feature draft trains on target continuations (data.source='target'): "
+                     "it cannot sample on its own without the target's features.")
   target_pool = None
-  train_prompts = list(train_prompts) * d.get("samples_per_prompt", 1)
   if need_target_pool:
-    def sampler(temperature: float, stream: int):
-      def make():
-        log(f"Sampling target continuations (T = {temperature:g}) for {len(train_prompts)} "
-            "prompts ...")
-        return data_lib.sample_pool(
-            target.params, target.cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
-            key=jax.random.fold_in(key, stream), eos_ids=target.eos_ids, temperature=temperature,
-            batch_size=d.sample_batch_size,
-            top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
-            progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
-      return make
-    target_pool = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool"),
-                                       sampler(d.temperature, 1))
-    if d.get("greedy_pool", False):  # plus one greedy continuation per prompt
-      greedy = data_lib.cached_pool(workdir and _pool_path(workdir, "target_pool_greedy"),
-                                    sampler(0.0, 3))
-      target_pool = data_lib.concat_batches([target_pool, greedy])
-  if draft_lib.is_feature(config.draft):
-    if d.source != "target":
-      raise ValueError("A feature draft trains on target continuations (data.source='target'): "
-                       "it cannot sample on its own without the target's features.")
-    _add_features(target_pool, target, workdir and _pool_path(workdir, "target_features"), log)
+    pools = [_set_pool(config, workdir, target, name, prompts, i, key, log)
+             for i, (name, prompts) in enumerate(data_lib.prompt_sets(train_prompts).items())]
+    target_pool = data_lib.concat_batches(pools)
   head_vocab = None
   if config.draft.head_vocab_size > 0:
     counts = data_lib.token_frequencies([target_pool], target.cfg.vocab_size)
@@ -271,6 +260,36 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
                                           always=target.eos_ids)
   draft_cfg, draft_params = init_draft(config, target, head_vocab)
   return draft_cfg, draft_params, target_pool
+
+
+def _set_pool(config, workdir, target, name: str, prompts, index: int, key, log) -> dict:
+  """One prompt set's target pool: a temperature-`data.temperature` continuation per prompt
+  (samples_per_prompt of them), plus a greedy one if `data.greedy_pool`, plus the target's
+  features for a feature draft; each part cached in workdir/data (suffix _{name} except
+  for the set "train")."""
+  d = config.data
+  prompts = list(prompts) * d.get("samples_per_prompt", 1)
+  suffix = "" if name == "train" else f"_{name}"
+  path = lambda stem: workdir and _pool_path(workdir, stem + suffix)
+
+  def sampler(temperature: float, stream: int):
+    def make():
+      log(f"Sampling target continuations (T = {temperature:g}) for {len(prompts)} "
+          f"prompts of set {name!r} ...")
+      return data_lib.sample_pool(
+          target.params, target.cfg, prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+          key=jax.random.fold_in(key, stream + 10 * index), eos_ids=target.eos_ids,
+          temperature=temperature, batch_size=d.sample_batch_size,
+          top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
+          progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
+    return make
+  pool = data_lib.cached_pool(path("target_pool"), sampler(d.temperature, 1))
+  if d.get("greedy_pool", False):  # plus one greedy continuation per prompt
+    greedy = data_lib.cached_pool(path("target_pool_greedy"), sampler(0.0, 3))
+    pool = data_lib.concat_batches([pool, greedy])
+  if draft_lib.is_feature(config.draft):
+    _add_features(pool, target, path("target_features"), log)
+  return pool
 
 
 def _add_features(pool: dict, target, path: Optional[str], log) -> None:
@@ -294,7 +313,7 @@ def init_draft(config, target, head_vocab=None):
       init_std=config.draft.get("init_std", 0.02))
 
 
-def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts: Sequence,
+def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
           log: Callable = print, progress: bool = True, stop_at: Optional[int] = None) -> dict:
   """Distils `target` into the configured draft in `workdir` (resuming if it holds a
   checkpoint). Returns a summary dict (last metrics, best step, draft cfg and params).
@@ -344,6 +363,8 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
   n_draft = {"target": 0, "draft": config.batch_size,
              "mix": int(round(d.draft_fraction * config.batch_size))}[d.source]
   draft_pool, draft_pool_step = None, None
+  all_prompts = [p for ps in data_lib.prompt_sets(train_prompts).values() for p in ps]
+  all_prompts = all_prompts * d.get("samples_per_prompt", 1)
 
   def draft_pool_at(step: int):
     """The draft-sampled pool in force at `step` (regenerated every refresh_every steps)."""
@@ -353,7 +374,7 @@ def train(config, workdir: str, target, train_prompts: Sequence, heldout_prompts
       def make():
         log(f"Sampling draft continuations (step {at}) ...")
         pool = data_lib.sample_pool(
-            full(state), draft_cfg, train_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+            full(state), draft_cfg, all_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
             key=jax.random.fold_in(state.rng, at), eos_ids=target.eos_ids,
             temperature=d.temperature, batch_size=d.sample_batch_size)
         if d.teacher == "topk":
