@@ -9,8 +9,8 @@ def setup_target(config):
   """config.target "toy" builds the toy target and random prompts; anything else is a
   `load_model` source whose tokenizer encodes the project's prompt set (chat template
   applied when config.prompts.chat). num_train / num_heldout > 0 keep the first ones.
-  config.prompts.train_sets (default ("train",)) names the training splits; with more
-  than one the train prompts come as a dict {split: ids}, each split with its own pools."""
+  config.prompts.train_sets (default ("train",)) names the training splits; the train
+  prompts come as a dict {split: ids}, each split with its own cached pools."""
   p = config.prompts
   if config.target == "toy":
     t = toy.toy_target(seed=config.seed, **config.toy)
@@ -29,5 +29,4 @@ def setup_target(config):
   if p.num_heldout:
     rows_held = rows_held[:p.num_heldout]
   enc = lambda rows: data_lib.encode_prompts(target, rows, chat=p.chat, max_len=p.max_prompt_len)
-  train = {s: enc(rows) for s, rows in rows_train.items()}
-  return target, (train if len(train) > 1 else train[sets[0]]), enc(rows_held)
+  return target, {s: enc(rows) for s, rows in rows_train.items()}, enc(rows_held)

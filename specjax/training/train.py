@@ -363,8 +363,6 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
   n_draft = {"target": 0, "draft": config.batch_size,
              "mix": int(round(d.draft_fraction * config.batch_size))}[d.source]
   draft_pool, draft_pool_step = None, None
-  all_prompts = [p for ps in data_lib.prompt_sets(train_prompts).values() for p in ps]
-  all_prompts = all_prompts * d.get("samples_per_prompt", 1)
 
   def draft_pool_at(step: int):
     """The draft-sampled pool in force at `step` (regenerated every refresh_every steps)."""
@@ -373,8 +371,10 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
     if draft_pool_step != at:
       def make():
         log(f"Sampling draft continuations (step {at}) ...")
+        prompts = [p for ps in data_lib.prompt_sets(train_prompts).values() for p in ps]
+        prompts = prompts * d.get("samples_per_prompt", 1)
         pool = data_lib.sample_pool(
-            full(state), draft_cfg, all_prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+            full(state), draft_cfg, prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
             key=jax.random.fold_in(state.rng, at), eos_ids=target.eos_ids,
             temperature=d.temperature, batch_size=d.sample_batch_size)
         if d.teacher == "topk":
