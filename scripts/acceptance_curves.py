@@ -10,17 +10,13 @@ speedup_vs_k.png, acceptance_by_category.png and summary.md (printed too).
 """
 import json
 import os
-import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from specjax.bench import curves  # noqa: E402
+from config_cli import define_config
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "curves.py"),
-    "Sweep config.", lock_config=True)
+_CONFIG = define_config("configs/curves.py", "Sweep config.")
+from specjax.bench import curves  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 

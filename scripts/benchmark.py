@@ -10,17 +10,13 @@ measured per-pass costs, fraction of it reached) and writes the full results as 
 """
 import json
 import os
-import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from specjax.bench import sidebyside  # noqa: E402
+from config_cli import define_config
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "benchmark.py"),
-    "Benchmark config.", lock_config=True)
+_CONFIG = define_config("configs/benchmark.py", "Benchmark config.")
+from specjax.bench import sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")

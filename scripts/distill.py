@@ -13,10 +13,12 @@ import json
 import os
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+
+from config_cli import define_config
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Distillation config file.", lock_config=True)
+define_config(None, "Distillation config file (configs/distill_*.py).",
+              example="configs/distill_smollm2.py")
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data pools go.")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host).")
 flags.mark_flags_as_required(["config", "workdir"])

@@ -19,10 +19,12 @@ import os
 import time
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+
+from config_cli import define_config
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "The distillation config.", lock_config=True)
+define_config(None, "The distillation config (configs/distill_*.py).",
+              example="configs/distill_smollm2.py")
 flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, checkpoints); "
                     "needed without --asset.")
 flags.DEFINE_string("asset", None, "The distilled draft asset (default: best checkpoint).")
@@ -70,7 +72,8 @@ def main(argv):
   import numpy as np
   import specjax
   from types import SimpleNamespace
-  from specjax.training import data as data_lib, export
+  from specjax.loading.asset import load_asset
+  from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
   from specjax.training.train import init_draft, prepare_draft, restore_draft
   config = FLAGS.config
@@ -80,7 +83,7 @@ def main(argv):
   if FLAGS.asset:
     # "before": the config's initialisation with the asset's own reduced vocabulary (the
     # one the trainer chose), so no target pool needs sampling.
-    after = export.load_asset(FLAGS.asset, target=target)
+    after = load_asset(FLAGS.asset, target=target)
     a_cfg, a_params = after.cfg, after.params
     b_cfg, b_params = init_draft(config, target, a_params.get("head_vocab"))
   else:

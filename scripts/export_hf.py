@@ -16,8 +16,11 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from config_cli import define_config
+
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "The distillation config.", lock_config=True)
+define_config(None, "The distillation config (configs/distill_*.py).",
+              example="configs/distill_smollm2.py")
 flags.DEFINE_string("workdir", None, "The distillation workdir.")
 flags.DEFINE_string("asset", None, "Write the shipped asset here.")
 flags.DEFINE_string("hf_dir", None, "Write a Hugging Face directory here.")
@@ -28,22 +31,14 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from specjax.training import export
-  from specjax.training.setup import setup_target
-  from specjax.training.train import restore_draft
+  from specjax.training.export import export_checkpoint
   config = FLAGS.config
-  target, train_prompts, _ = setup_target(config)
-  cfg, params, step = restore_draft(config, FLAGS.workdir, target, train_prompts,
-                                    best=FLAGS.best, with_step=True)
-  if FLAGS.asset:
-    export.save_asset(cfg, params, FLAGS.asset, target=config.target,
-                      config=os.path.relpath(config_flags.get_config_filename(FLAGS["config"])),
-                      checkpoint_step=step)
-    print("asset:", FLAGS.asset)
-  if FLAGS.hf_dir:
-    export.export_hf(cfg, params, FLAGS.hf_dir, tokenizer=target.tokenizer, eos_ids=target.eos_ids,
-                     bos_id=target.bos_id)
-    print("hf:", FLAGS.hf_dir)
+  out = export_checkpoint(config, FLAGS.workdir, asset=FLAGS.asset, hf_dir=FLAGS.hf_dir,
+                          best=FLAGS.best, config_file=os.path.relpath(
+                              config_flags.get_config_filename(FLAGS["config"])))
+  for key in ("asset", "hf_dir"):
+    if out[key]:
+      print(f"{key}: {out[key]} (checkpoint step {out['step']})")
 
 
 if __name__ == "__main__":

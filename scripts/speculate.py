@@ -7,14 +7,11 @@ import os
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from specjax.bench import card  # noqa: E402
+from config_cli import define_config
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "speculate.py"),
-    "Card config.", lock_config=True)
+_CONFIG = define_config("configs/speculate.py", "Card config.")
+from specjax.bench import card  # noqa: E402  (after the config check: a bad flag fails fast)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JSON here.")
 
 

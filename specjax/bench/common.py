@@ -21,7 +21,7 @@ def load_drafts(names, allow_hub: bool = False, target=None) -> tuple[dict, list
   """{label: drafter for generate} and [{"row", "note"}] for the ones skipped.
 
   Spec strings pass through; model sources are loaded once. "asset:DIR" loads a shipped
-  draft asset with its reduced output head (`specjax.training.export.load_asset`, the
+  draft asset with its reduced output head (`specjax.loading.asset.load_asset`, the
   embeddings taken from `target`), where the registry name of the same draft gives the
   full-vocabulary export. A source that is neither a registry name nor an existing
   path is skipped (no hub lookup) unless allow_hub.
@@ -35,7 +35,7 @@ def load_drafts(names, allow_hub: bool = False, target=None) -> tuple[dict, list
       continue
     if name.startswith("asset:"):
       try:
-        from specjax.training.export import load_asset
+        from specjax.loading.asset import load_asset
         path = os.path.expanduser(name[len("asset:"):])
         if not os.path.isabs(path) and not os.path.exists(path):  # relative to the repo root
           path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -7,7 +7,8 @@
 
 Modules: `model` (Model, load_model), `hf` (config.json + safetensors), `gguf_file`
 (GGUF read + dequantize), `tokenizer` (tokenizers and stop ids), `hub` (snapshot
-resolution), `registry` (named models).
+resolution), `registry` (named models), `asset` (the shipped draft format and the
+specjax cache), `hf_export` (Hugging Face directories out). Never imports training.
 """
 from specjax.errors import LoadError
 from specjax.loading.model import Model, load_model, resolve

@@ -38,7 +38,7 @@ def read_json(path: str, source: str) -> dict:
     raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({e}).") from e
 
 
-DRAFT_META_FILE = "specjax_draft.json"  # written next to a draft's weights (training/export.py)
+DRAFT_META_FILE = "specjax_draft.json"  # written next to a draft's weights (asset.py, hf_export.py)
 
 
 def read_draft_meta(directory: str) -> Optional[dict]:

@@ -3,11 +3,13 @@
 Sources, tried in this order:
   1. a registry name (`smollm2-135m`; see `specjax.loading.registry`),
   2. a local path: a `.gguf` file or a Hugging Face directory (config.json + safetensors),
-  3. a hub id (`gpt2`, `org/name`), from the local cache or downloaded.
+  3. a hub id (`org/name`, or a legacy bare name such as `gpt2`), from the local cache or
+     downloaded. Anything else fails at once with the registry's names.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -17,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.errors import LoadError
-from specjax.loading import gguf_file, hf, hub, registry, tokenizer as tok_lib
+from specjax.loading import asset, gguf_file, hf, hub, registry, tokenizer as tok_lib
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import forward
 
@@ -124,22 +126,34 @@ def _is_gguf(path: str) -> bool:
 
 
 def resolve(source: str) -> str:
-  """A local .gguf path or HF directory for any accepted source string."""
+  """A local .gguf path or HF directory for any accepted source string.
+
+  Order: registry name, existing local path, then a hub id (`org/name`, a legacy bare
+  name such as `gpt2`, or a bare name already in the local Hugging Face cache). Any
+  other source fails at once, naming the registry's models; the hub is never asked.
+  """
   if source in registry.REGISTRY:
     return registry.REGISTRY[source]()
   path = os.path.expanduser(source)
   if os.path.exists(path):
     return path
   known = ", ".join(registry.names())
-  if hub.looks_like_hub_id(source):
+  if hub.is_plausible_hub_id(source):
     hint = "" if "/" in source else f" (It is not a registry name either; known: {known}.)"
     return hub.snapshot(source, hint)
-  raise LoadError(f"{source}: not a registry name ({known}), an existing .gguf file or "
-                  "model directory, or a hub id; check the spelling or the path.")
+  if hub.looks_like_hub_id(source):
+    cached = hub.cached_snapshot(source)
+    if cached is not None:
+      return cached
+  close = difflib.get_close_matches(source, registry.names(), n=1)
+  guess = f" Did you mean {close[0]!r}?" if close else ""
+  raise LoadError(f"{source}: unknown model: not a registry name ({known}), not an existing "
+                  ".gguf file or model directory, and not a hub id (org/name, e.g. "
+                  f"HuggingFaceTB/SmolLM2-360M-Instruct).{guess}")
 
 
 def _is_draft_asset(path: str) -> bool:
-  """A draft asset directory (specjax/training/export.py): its specjax_draft.json names
+  """A draft asset directory (specjax/loading/asset.py): its specjax_draft.json names
   the target whose embeddings it shares. (A full Hugging Face export has that file too,
   without the name, and loads as a plain directory.)"""
   if not os.path.isdir(path):
@@ -164,8 +178,7 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None) -> 
     dtype = _DTYPES[dtype]
   path = resolve(source)
   if _is_draft_asset(path):  # a shipped draft: own tensors, reduced head, shared embeddings
-    from specjax.training.export import load_asset  # lazy: training imports loading
-    draft = load_asset(path, target=target, name=source)
+    draft = asset.load_asset(path, target=target, name=source)
     return dataclasses.replace(draft, params=_to_jax(draft.params, dtype))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source)

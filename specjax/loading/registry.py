@@ -58,7 +58,7 @@ def names() -> list[str]:
 
 
 # ---------------------------------------------------------------- shipped drafts
-# Maintained with the distillation trainer (specjax/training/export.py). The asset
+# Written by the distillation trainer's export (format: specjax/loading/asset.py). The asset
 # holds only the draft's own tensors and its reduced output head; its frozen
 # embeddings come from the target. `load_model` recognises an asset directory (it
 # holds specjax_draft.json) and assembles the draft; a "-hf" name materialises a
@@ -88,7 +88,7 @@ def smollm2_135m_draft_lm() -> str:
 
 def smollm2_135m_draft_lm_hf() -> str:
   """The LM draft as a full Hugging Face directory (full head), e.g. for transformers."""
-  from specjax.training.export import materialize_hf
+  from specjax.loading.asset import materialize_hf
   return materialize_hf(smollm2_135m_draft_lm())
 
 

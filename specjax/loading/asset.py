@@ -1,0 +1,145 @@
+"""The shipped draft format: what lives in specjax/assets/ and how it becomes a Model.
+
+An asset directory holds only the draft's own tensors (layers, final norm, a feature
+draft's `fc`) in float16, its config.json, and specjax_draft.json naming the target
+whose frozen embeddings it shares (plus `head_vocab`, the ids of a reduced output head).
+
+  save_asset(cfg, params, dir, target=...)   the writer (the trainer's export calls it)
+  read_asset(dir) -> (meta, cfg, tensors)    the reader
+  load_asset(dir, target) -> Model           the full draft, embeddings from `target`
+  materialize_hf(dir) -> directory           a full Hugging Face directory (full head),
+                                             built once under `cache_root()`
+
+`cache_root()` is $SPECJAX_CACHE, default ~/.cache/specjax: the one place specjax writes
+outside a workdir (the tests point it at a temporary directory).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from specjax.errors import LoadError
+from specjax.loading import hf
+from specjax.loading.hf import DRAFT_META_FILE as META_FILE, read_draft_meta
+from specjax.loading.hf_export import NATIVE, draft_meta, export_hf, hf_config, hf_tensors
+from specjax.models import ModelConfig
+
+if TYPE_CHECKING:
+  from specjax.loading.model import Model
+
+FC_TENSOR = "fc.weight"  # a feature draft's input projection (as EAGLE names it)
+CACHE_ENV = "SPECJAX_CACHE"
+
+
+def cache_root() -> str:
+  """Where specjax caches what it builds: $SPECJAX_CACHE, default ~/.cache/specjax."""
+  return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "specjax")
+
+
+def save_asset(cfg: ModelConfig, params: dict, out_dir: str, *, target: str, **meta) -> str:
+  """The shipped form: the draft's own tensors in float16, embeddings shared with `target`."""
+  from safetensors.numpy import save_file
+  os.makedirs(out_dir, exist_ok=True)
+  tensors = {k: v.astype(np.float16) for k, v in hf_tensors(cfg, params, False).items()}
+  if "fc" in params:  # a feature (EAGLE-style) draft: its input projection, [out, in]
+    tensors[FC_TENSOR] = np.ascontiguousarray(np.asarray(params["fc"]["kernel"], np.float32).T
+                                              ).astype(np.float16)
+    meta = dict(meta, kind="feature")
+  save_file(tensors, os.path.join(out_dir, NATIVE), metadata={"format": "pt"})
+  os.chmod(os.path.join(out_dir, NATIVE), 0o644)
+  with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+    json.dump(hf_config(cfg), f, indent=2)
+  with open(os.path.join(out_dir, META_FILE), "w", encoding="utf-8") as f:
+    json.dump(draft_meta(params, shares_embeddings_with=target, **meta), f, indent=1)
+  return out_dir
+
+
+def read_asset(asset_dir: str) -> tuple[dict, ModelConfig, dict]:
+  """(specjax_draft.json, ModelConfig, {tensor name: numpy array}) of an asset directory."""
+  meta = read_draft_meta(asset_dir)
+  if meta is None:
+    raise LoadError(f"{asset_dir}: no {META_FILE}; not a specjax draft asset.")
+  hf_cfg = hf.read_json(os.path.join(asset_dir, "config.json"), asset_dir)
+  cfg = hf.config_from_hf(hf_cfg, asset_dir)
+  tensors = hf.read_safetensors([os.path.join(asset_dir, NATIVE)], asset_dir)
+  return meta, cfg, tensors
+
+
+def with_head_kernel(cfg: ModelConfig, params: dict) -> dict:
+  """Adds "head_kernel" [D, V'], the output-head columns of `head_vocab` gathered once,
+  so a reduced-head draft does not gather them at every decode step (inference only:
+  training keeps the shared embeddings as the single source)."""
+  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
+  return dict(params, head_kernel=kernel[:, params["head_vocab"]])
+
+
+def load_asset(asset_dir: str, target: Optional["Model"] = None,
+               name: Optional[str] = None) -> "Model":
+  """The shipped draft as a `specjax.loading.Model` (reduced head included), its frozen
+  embeddings taken from `target` (a Model, or loaded from the asset's target name)."""
+  import jax
+  import jax.numpy as jnp
+  from specjax.loading.model import Model, load_model  # model.py imports this module
+  meta, cfg, tensors = read_asset(asset_dir)
+  if target is None:
+    target = load_model(meta["shares_embeddings_with"])
+  embed = np.asarray(target.params["embed"], np.float32)
+  if embed.shape != (cfg.vocab_size, cfg.d_model):
+    raise LoadError(f"{asset_dir}: this draft shares the embeddings of "
+                    f"{meta['shares_embeddings_with']!r} ({cfg.vocab_size} x {cfg.d_model}), but the "
+                    f"given target's are {embed.shape[0]} x {embed.shape[1]}; use it with that target.")
+  key = "transformer.wte.weight" if cfg.is_gpt2 else "model.embed_tokens.weight"
+  tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
+  fc = tensors.pop(FC_TENSOR, None)
+  tensors[key] = embed
+  if cfg.is_gpt2:
+    tensors["transformer.wpe.weight"] = np.asarray(target.params["pos_embed"], np.float32)
+  params = jax.tree.map(jnp.asarray, hf.params_from_hf(tensors, cfg, asset_dir))
+  if meta.get("kind") == "feature":
+    if fc is None:
+      raise LoadError(f"{asset_dir}: a feature draft asset without its {FC_TENSOR} tensor; "
+                      "re-export it with scripts/export_hf.py.")
+    params["fc"] = {"kernel": jnp.asarray(fc.T)}
+  if "head_vocab" in meta:
+    params = with_head_kernel(cfg, dict(params, head_vocab=jnp.asarray(meta["head_vocab"],
+                                                                      jnp.int32)))
+  return Model(name=name or os.path.basename(os.path.normpath(asset_dir)), cfg=cfg,
+               params=params, tokenizer=target.tokenizer, eos_ids=target.eos_ids,
+               bos_id=target.bos_id)
+
+
+def _digest(asset_dir: str) -> str:
+  h = hashlib.sha256()
+  for fname in sorted(os.listdir(asset_dir)):
+    with open(os.path.join(asset_dir, fname), "rb") as f:
+      h.update(fname.encode() + f.read())
+  return h.hexdigest()[:16]
+
+
+def materialize_hf(asset_dir: str, cache_dir: Optional[str] = None) -> str:
+  """A full Hugging Face directory for the shipped draft (embeddings from its target),
+  built once into `cache_dir` (default `cache_root()`) and reused while the asset is
+  unchanged. `load_model` of it gives the draft with the full output head."""
+  cache_dir = cache_dir or cache_root()
+  digest = _digest(asset_dir)
+  out = os.path.join(cache_dir, "drafts", os.path.basename(os.path.normpath(asset_dir)) + "-" + digest)
+  if os.path.isfile(os.path.join(out, "DONE")):
+    return out
+  if (read_draft_meta(asset_dir) or {}).get("kind") == "feature":
+    raise LoadError(f"{asset_dir} is a feature (EAGLE-style) draft: it reads the target's hidden "
+                    "states, so it has no transformers form to use as assistant_model.")
+  draft = load_asset(asset_dir)
+  meta = draft_meta(draft.params)
+  tmp = out + f".tmp{os.getpid()}"
+  export_hf(draft.cfg, draft.params, tmp, tokenizer=draft.tokenizer, eos_ids=draft.eos_ids,
+            bos_id=draft.bos_id, **{k: v for k, v in meta.items() if k != "head_vocab"})
+  open(os.path.join(tmp, "DONE"), "w").close()
+  try:
+    os.replace(tmp, out)
+  except OSError:  # another process finished first
+    pass
+  return out
