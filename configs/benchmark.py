@@ -28,7 +28,7 @@ def get_config():
       categories="",  # comma-separated filter, e.g. "chat,repeat_code_edit" ("" = all)
       chat=True))
   c.hf = ml_collections.ConfigDict(dict(
-      enabled=True,  # transformers rows (imports torch inside specjax/bench/peers.py)
+      enabled=True,  # transformers rows (torch, imported by scripts/peers.py only)
       max_matching_ngram_size=3,  # prompt lookup: like specjax's ngram:3
       assistant="",  # HF directory of the draft ("" = the export of a model drafter, if any)
       # torch intra-op threads (0: torch's default). On the shared 2-core CPU torch's two

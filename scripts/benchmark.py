@@ -29,7 +29,9 @@ def main(argv):
     os.makedirs(_WORKDIR.value, exist_ok=True)
     with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-  result = sidebyside.run_benchmark(config, progress=_PROGRESS.value)
+  import peers  # scripts/peers.py: the transformers rows (torch stays out of specjax)
+  result = sidebyside.run_benchmark(config, progress=_PROGRESS.value,
+                                    peers=peers if config.hf.enabled else None)
   table = sidebyside.format_table(result)
   print(table)
   paths = [_JSON_OUT.value] if _JSON_OUT.value else []

@@ -8,9 +8,14 @@ non-zero biases) so a mis-mapped tensor shows up in logit parity.
 
 torch and transformers are imported inside the fixtures, so test files that do not
 use them pay nothing.
+
+The specjax cache ($SPECJAX_CACHE, default ~/.cache/specjax: the materialized Hugging
+Face form of a shipped draft) points at a temporary directory for the whole session,
+subprocesses included, so the tests never write to the home directory.
 """
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -27,6 +32,20 @@ _CORPUS = [
     "A small model proposes, a large model disposes.",
     "user assistant system: what is the capital of France? Paris.",
 ] * 20
+
+
+@pytest.fixture(scope="session", autouse=True)
+def specjax_cache(tmp_path_factory):
+  """$SPECJAX_CACHE -> a session temporary directory (what needs it is rebuilt there)."""
+  from specjax.loading.asset import CACHE_ENV
+  path = tmp_path_factory.mktemp("specjax_cache")
+  old = os.environ.get(CACHE_ENV)
+  os.environ[CACHE_ENV] = str(path)
+  yield str(path)
+  if old is None:
+    os.environ.pop(CACHE_ENV, None)
+  else:
+    os.environ[CACHE_ENV] = old
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+from types import ModuleType
 from typing import Optional
 
 from absl import logging
@@ -57,8 +58,13 @@ def _spec_row(framework, name, k, stats_or_summary, base_tps, hf_tps):
           "tokens_per_pass": d.get("tokens_per_pass")}
 
 
-def run_benchmark(config, progress: bool = True) -> dict:
-  """Runs every row on every prompt (interleaved, best of config.repeats); returns results."""
+def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = None) -> dict:
+  """Runs every row on every prompt (interleaved, best of config.repeats); returns results.
+
+  peers: the transformers side (`scripts/peers.py`: load_hf, hf_generate, summarize,
+  resolve_hf, set_threads), which imports torch and so lives outside the library; without
+  it the transformers rows are skipped with a note.
+  """
   import specjax
   from specjax.decoding.stats import expected_tokens_per_pass
   from specjax.loading import load_model
@@ -79,8 +85,10 @@ def run_benchmark(config, progress: bool = True) -> dict:
     runners[("specjax", label)] = (lambda d: lambda i: specjax.generate(
         target, [ids[i]], max_new, draft=d, k=k))(d)
 
-  if config.hf.enabled:
-    from specjax.bench import peers
+  if config.hf.enabled and peers is None:
+    skipped.append({"row": "transformers/*", "note": "no peer module given (scripts/peers.py; "
+                    "scripts/benchmark.py passes it); transformers rows skipped"})
+  elif config.hf.enabled:
     peers.set_threads(int(config.hf.get("torch_threads", 0)))
     try:
       hf_target = peers.load_hf(config.target)

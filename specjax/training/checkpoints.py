@@ -11,6 +11,7 @@ by the `max_to_keep` rotation.
 """
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any, Optional
 
@@ -76,11 +77,17 @@ class Checkpointer:
           f"available steps: {sorted(manager.all_steps())}.")
     try:
       return manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
-    except Exception as e:  # noqa: BLE001 - orbax raises many kinds; re-raised with context
-      raise CheckpointError(
-          f"The {kind} checkpoint at {where} (step {step}) is corrupt or does not match this "
-          f"config's draft ({type(e).__name__}: {e}). It was left untouched: move it away to "
-          f"resume from an earlier step, or use a fresh --workdir.") from e
+    except Exception as e:  # noqa: BLE001 - orbax raises many kinds; summarised below
+      reason = f"{type(e).__name__}: {e}"
+    # orbax ran the restore in an event loop of its own and closed it at the first error
+    # with the other arrays' reads still pending. Collect those orphaned tasks now (the
+    # exception, which references them, is gone): left to a random later collection their
+    # finalizers raise "RuntimeError: Event loop is closed" in whatever code runs then.
+    gc.collect()
+    raise CheckpointError(
+        f"The {kind} checkpoint at {where} (step {step}) is corrupt or does not match this "
+        f"config's draft ({reason}). It was left untouched: move it away to resume from an "
+        "earlier step, or use a fresh --workdir.")
 
   def close(self) -> None:
     self.latest.close()

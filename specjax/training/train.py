@@ -349,7 +349,11 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
   ckpt = Checkpointer(workdir, max_to_keep=config.keep_checkpoints)
   start = 0
   if ckpt.latest_step() is not None:
-    state = ckpt.restore(state)
+    try:
+      state = ckpt.restore(state)
+    except Exception:
+      ckpt.close()  # a corrupt checkpoint: release orbax's managers before the error
+      raise
     start = int(state.step)
     log(f"Resuming from step {start} ({os.path.join(workdir, 'checkpoints')}).")
   train_step = make_train_step(draft_cfg, target.cfg, tx, schedule, config.loss.name,

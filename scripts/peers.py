@@ -1,7 +1,8 @@
 """The transformers side of the benchmark (PyTorch; imported only inside these functions).
 
-specjax itself never imports torch: only `scripts/benchmark.py` calls into this module,
-and only when the config asks for transformers rows.
+It lives in scripts/, outside the specjax package, which never imports torch:
+`scripts/benchmark.py` hands this module to `specjax.bench.sidebyside.run_benchmark(...,
+peers=peers)` when the config asks for transformers rows.
 
 Each `hf_generate` call decodes ONE prompt (transformers' assisted and prompt-lookup
 decoding are batch-1 only) from the same token ids specjax decodes, with the same stop
