@@ -8,9 +8,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["specjax", "specjax.*"]),
-    package_data={"specjax": ["data/*.jsonl", "data/*.json", "assets/*", "assets/**/*"]},
-    include_package_data=True,
+    # specjax/data (prompt sets) and specjax/assets (the shipped drafts, one directory each)
+    # hold no Python: they are listed as data-only packages so setuptools ships them
+    # without its "absent from the packages configuration" warnings.
+    packages=find_packages(include=["specjax", "specjax.*"]) + ["specjax.assets", "specjax.data"],
+    package_data={"specjax.data": ["*.jsonl", "*.json"], "specjax.assets": ["*/*"]},
     install_requires=[
         "jax>=0.4.35",
         "flax>=0.10",

@@ -28,4 +28,5 @@ def get_config():
   c.seed = 0
   c.repeats = 3  # timed runs of each decoder; the fastest counts
   c.check_target = True  # run the target alone: identity check and speedup
+  c.explain = True  # time one verify pass, one step and one proposal: the card says why
   return c

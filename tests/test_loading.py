@@ -328,6 +328,33 @@ def test_library_never_imports_torch(tiny_llama_dir):
   assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def _run_python(code: str) -> subprocess.CompletedProcess:
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": root})
+
+
+def test_loading_never_imports_training():
+  """The shipped-asset format lives in specjax.loading: no import cycle with training."""
+  code = ("import sys; import specjax.loading; from specjax.loading import asset, hf_export, "
+          "registry, model; from specjax.loading.asset import load_asset, materialize_hf; "
+          "bad = sorted(m for m in sys.modules if m.startswith('specjax.training')); "
+          "assert not bad, bad")
+  proc = _run_python(code)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_no_specjax_module_imports_torch():
+  """Every module of the package imports without torch (peer timing lives in scripts/)."""
+  code = ("import importlib, pkgutil, sys, specjax; "
+          "names = [m.name for m in pkgutil.walk_packages(specjax.__path__, 'specjax.')]; "
+          "[importlib.import_module(n) for n in names]; "
+          "assert 'specjax.bench.sidebyside' in names and len(names) > 30, names; "
+          "assert 'torch' not in sys.modules, 'torch was imported'")
+  proc = _run_python(code)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 # ------------------------------------------------------------------------------ errors
 
 @pytest.fixture
@@ -343,6 +370,66 @@ def test_error_unknown_registry_name(offline_empty_hub):
   with pytest.raises(LoadError, match="smollm2-135m") as e:
     load_model("smollm9-135m")
   assert "registry name" in str(e.value)
+
+
+def _no_hub_download(monkeypatch, calls: list) -> None:
+  """The hub client answers "not cached" and records (and refuses) any download."""
+  import huggingface_hub
+  import huggingface_hub.constants
+
+  def snapshot_download(repo_id, local_files_only=False, **kw):
+    calls.append((repo_id, local_files_only))
+    if local_files_only:
+      raise FileNotFoundError(f"{repo_id} is not cached")
+    raise AssertionError(f"the hub was asked for {repo_id!r}")
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+  monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
+def _one_clear_line(e: BaseException) -> str:
+  msg = str(e)
+  assert "\n" not in msg, msg
+  assert e.__cause__ is None and e.__context__ is None, "a chained traceback"
+  return msg
+
+
+def test_error_unknown_bare_name_fails_at_once_without_the_hub(monkeypatch):
+  """Not a registry name, a path or a plausible hub id: one line with every known name,
+  a close match suggested, and the hub never asked for a download."""
+  calls = []
+  _no_hub_download(monkeypatch, calls)
+  with pytest.raises(LoadError) as e:
+    load_model("no-such-model")
+  msg = _one_clear_line(e.value)
+  assert msg.startswith("no-such-model: unknown model")
+  assert all(name in msg for name in registry.names()), msg
+  assert all(local for _, local in calls), calls  # at most a look into the local cache
+  with pytest.raises(LoadError, match="Did you mean 'smollm2-135m'") as e:
+    load_model("smollm2-135")
+  _one_clear_line(e.value)
+  assert all(local for _, local in calls), calls
+
+
+def test_error_hub_failure_is_summarised_in_one_line(monkeypatch):
+  """org/name is worth a download; when the hub fails, its exception chain becomes one line."""
+  import huggingface_hub
+  import huggingface_hub.constants
+
+  def snapshot_download(repo_id, local_files_only=False, **kw):
+    if local_files_only:
+      raise FileNotFoundError("not cached")
+    try:
+      raise OSError("socket: name or service not known")
+    except OSError as inner:
+      raise RuntimeError("could not connect to the hub\n(retried 5 times)\n...") from inner
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+  monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+  with pytest.raises(LoadError) as e:
+    load_model("some-org/some-model")
+  msg = _one_clear_line(e.value)
+  assert "some-org/some-model" in msg and "RuntimeError: could not connect to the hub" in msg
 
 
 def test_error_missing_path():

@@ -1,36 +1,46 @@
 """The speculative-decoding card: target alone vs target + draft on one prompt."""
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from absl import logging
 
+from specjax.bench import costs
 from specjax.bench.timing import best_of
 from specjax.errors import LoadError
-from specjax.loading import load_model
+from specjax.loading import load_model, registry
 
 
-def load_draft(source: str, fallback: str = "", target=None):
-  """(label, draft): a loaded model, a drafter spec ("ngram:3"), or None for no draft.
+def load_draft(source: str, fallback: str = "", target=None) -> tuple[str, Any, Optional[str]]:
+  """(label, draft, warning): a loaded model, a drafter spec ("ngram:3"), or None for no
+  draft; warning is None unless the fallback was used.
 
-  When `source` cannot be loaded here and `fallback` is set, the fallback is used.
+  Only a registry name that cannot be loaded on this machine (a shipped draft missing
+  from an install, say) falls back to `fallback`, and the card then prints a warning
+  line saying so. Anything else that cannot be loaded (a mistyped name or path, a bad
+  spec) raises: the card never silently measures another drafter than the one asked for.
   `target` (loaded) is reused by a draft that shares its embeddings.
   """
   if not source:
-    return "none", None
-  if ":" in source:
-    return source, source
+    return "none", None, None
+  kind = source.partition(":")[0]
+  if kind in ("ngram", "early_exit"):
+    return source, source, None  # checked by generate's resolve_drafter before any work
   try:
-    return source, load_model(source, target=target)
+    return source, load_model(source, target=target), None
   except LoadError as e:
-    if not fallback:
+    if not fallback or source not in registry.REGISTRY:
       raise
-    logging.warning("Draft %r unavailable (%s); using %r instead.", source, e, fallback)
-    return load_draft(fallback, target=target)
+    warning = (f"draft {source!r} could not be loaded here ({e}); measured {fallback!r} "
+               "instead")
+    logging.warning("%s", warning)
+    return fallback, load_draft(fallback, target=target)[1], warning
 
 
 def run_card(config) -> dict:
   """Loads, runs both decoders with identical settings, returns the card's fields."""
   target = load_model(config.target)
-  draft_label, draft = load_draft(config.draft, config.fallback_draft, target)
+  draft_label, draft, warning = load_draft(config.draft, config.fallback_draft, target)
   prompt = target.encode(config.prompt, chat=config.chat)
   common = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                 top_k=config.top_k, top_p=config.top_p, seed=config.seed)
@@ -46,7 +56,7 @@ def run_card(config) -> dict:
       "tokens_per_pass": s.to_dict()["tokens_per_pass"],
       "closed_form_tokens_per_pass": s.closed_form_tokens_per_pass,
       "speculative_tokens_per_s": s.tokens_per_s, "speculative_time_s": s.wall_time_s,
-      "identical_to_target": None, "speedup": None,
+      "identical_to_target": None, "speedup": None, "warning": warning,
   }
   if config.check_target:
     base = best_of(config.repeats, target, [prompt], **common)
@@ -56,7 +66,38 @@ def run_card(config) -> dict:
     # Time per generated token, target alone over speculative (the two outputs may
     # differ in length when sampling).
     card["speedup"] = s.tokens_per_s / base.stats.tokens_per_s
+    if draft is not None and config.get("explain", True):
+      card.update(pass_costs(target, draft, config.k, len(prompt), config.max_new_tokens,
+                             repeats=config.repeats))
+  card["speedup_note"] = speedup_note(card)
   return card
+
+
+def pass_costs(target, draft, k: int, prompt_len: int, max_new_tokens: int,
+               repeats: int = 3) -> dict:
+  """What one round costs, in target decode steps, timed here as jitted calls at the
+  run's mean context: c_step (1-token target pass), c_verify (the (k+1)-token verify
+  pass), c_draft (one proposal of k drafts) in seconds, and their ratios."""
+  ctx, max_len = prompt_len + max_new_tokens // 2, costs.cache_len(prompt_len, max_new_tokens, k)
+  tc = costs.target_costs(target, ctx, max_len, [k], n=5, repeats=repeats)
+  c_draft = costs.draft_cost(target, draft, k, ctx, max_len, n=5, repeats=repeats)
+  c_step, c_verify = tc["step"], tc["verify"][k]
+  return {"c_step_s": c_step, "c_verify_s": c_verify, "c_draft_s": c_draft,
+          "verify_in_steps": c_verify / c_step, "draft_in_steps": c_draft / c_step,
+          "round_in_steps": (c_verify + c_draft) / c_step}
+
+
+def speedup_note(c: dict) -> Optional[str]:
+  """One line: what the measured speedup means, from this run's pass costs."""
+  if c.get("speedup") is None or c.get("round_in_steps") is None:
+    return None
+  k, tpp, rnd = c["k"], c["tokens_per_pass"], c["round_in_steps"]
+  costs_text = (f"one {k + 1}-token verify pass costs {c['verify_in_steps']:.2f} target steps "
+                f"and the {k} draft steps {c['draft_in_steps']:.2f}, so a round ({rnd:.2f} "
+                f"steps) must keep more than {rnd:.2f} tokens to pay; it kept {tpp:.2f}")
+  if c["speedup"] < 1:
+    return f"speedup below 1 = slower than the target alone: on this machine {costs_text}"
+  return f"speedup above 1: {costs_text}"
 
 
 def _fmt(x, spec="{:.3f}"):
@@ -86,4 +127,8 @@ def format_card(c: dict) -> str:
         f"identical to target  {c['identical_to_target']}",
         f"speedup              {_fmt(c['speedup'], '{:.2f}')}x (measured in this run)",
     ]
+  if c.get("speedup_note"):
+    lines.append(f"why                  {c['speedup_note']}")
+  if c.get("warning"):
+    lines.append(f"WARNING              {c['warning']}")
   return "\n".join(lines)

@@ -14,6 +14,7 @@ the same cache size as `generate` would allocate. Each cost is the fastest over
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -94,7 +95,8 @@ def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperatur
   return time_call(propose, args, n, repeats)
 
 
-def ideal_speedup(tokens_per_round: float, c_step: float, c_verify: float, c_draft: float):
+def ideal_speedup(tokens_per_round: float, c_step: float, c_verify: float,
+                  c_draft: float) -> Optional[float]:
   """tokens_per_round * c_step / (c_draft + c_verify); None when an input is missing."""
   if tokens_per_round is None or not c_step or not c_verify or c_draft is None:
     return None

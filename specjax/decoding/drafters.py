@@ -15,7 +15,7 @@ holds all but the last of them.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, runtime_checkable
 
 import flax.struct
 import jax
@@ -23,6 +23,49 @@ import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
 from specjax.models import KVCache, ModelConfig, feature_forward, forward, head
+
+
+@runtime_checkable
+class Drafter(Protocol):
+  """The interface the loop reaches a drafter through (see the module docstring).
+
+  An implementation is a `flax.struct.dataclass`: weights and state are pytree
+  leaves, hyper-parameters static fields, every shape fixed, so it passes through jit.
+  """
+
+  def init(self, target_params: Any, prompt: jax.Array, prompt_lens: jax.Array, max_len: int,
+           hidden: jax.Array) -> Any:
+    """The drafter's state after the prompt [B, P] (hidden [B, P, D]: target features)."""
+
+  def propose(self, state: Any, ctx: "DraftContext",
+              key: jax.Array) -> tuple[jax.Array, jax.Array, Any, KVCache]:
+    """(drafts [B, k], q [B, k, V] they were sampled from, state, target cache)."""
+
+  def commit(self, state: Any, n_tokens: jax.Array, hidden: jax.Array) -> Any:
+    """The state once n_tokens [B] are final (hidden [B, k+1, D]: the verify pass)."""
+
+  def passes_per_round(self, k: int) -> int:
+    """Forward passes of its own that one proposal of k drafts costs."""
+
+
+@flax.struct.dataclass
+class NoDrafter:
+  """k = 0: the target decodes alone, one token per round."""
+
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden) -> tuple:
+    return ()
+
+  def propose(self, state, ctx: "DraftContext",
+              key) -> tuple[jax.Array, jax.Array, tuple, KVCache]:
+    b, v = ctx.tokens.shape[0], ctx.target_cfg.vocab_size
+    return (jnp.zeros((b, 0), jnp.int32), jnp.zeros((b, 0, v), jnp.float32), state,
+            ctx.target_cache)
+
+  def commit(self, state, n_tokens, hidden) -> tuple:
+    return state
+
+  def passes_per_round(self, k: int) -> int:
+    return 0
 
 
 @flax.struct.dataclass
@@ -42,7 +85,8 @@ def _rows_slice(tokens: jax.Array, starts: jax.Array, size: int) -> jax.Array:
   return jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, size))(tokens, starts)
 
 
-def sample_chain(first_logits: jax.Array, carry, step_fn, ctx: DraftContext, key: jax.Array):
+def sample_chain(first_logits: jax.Array, carry, step_fn, ctx: DraftContext,
+                 key: jax.Array) -> tuple[jax.Array, jax.Array, Any]:
   """Samples k drafts, each fed back to the drafter: d_1 from first_logits [B, V], then
   d_{i+1} from `step_fn(carry, d_i) -> (logits [B, V], carry)`, k - 1 times in a scan.
 
@@ -67,7 +111,8 @@ def sample_chain(first_logits: jax.Array, carry, step_fn, ctx: DraftContext, key
 
 def draft_autoregressive(params, cfg: ModelConfig, cache: KVCache, first: jax.Array,
                          first_idx: jax.Array, n_tokens: jax.Array, ctx: DraftContext,
-                         key: jax.Array, n_layers: Optional[int] = None):
+                         key: jax.Array, n_layers: Optional[int] = None
+                         ) -> tuple[jax.Array, jax.Array, KVCache]:
   """k draft steps of a causal LM; the first step feeds `first` [B, T0] tokens.
 
   first_idx [B] picks which of the T0 first-step positions predicts the next token

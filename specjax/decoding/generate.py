@@ -6,6 +6,7 @@ loop (compiled once per shape bucket and setting) and unpacks tokens, texts, sta
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -40,24 +41,37 @@ def prompt_bucket(n: int) -> int:
   return max(16, 1 << (max(n, 1) - 1).bit_length())
 
 
+DRAFT_SPEC_GRAMMAR = ("'ngram' or 'ngram:N' (prompt lookup of the last N..1 tokens, N >= 1, "
+                      "default 3), 'early_exit:N' (the target's first N layers), or a model "
+                      "source (registry name, directory, .gguf path, hub id)")
+
+
+def _spec_error(draft: str, problem: str) -> ValueError:
+  return ValueError(f"Drafter spec {draft!r}: {problem}. A draft is {DRAFT_SPEC_GRAMMAR}.")
+
+
 def resolve_drafter(draft: Any, target) -> Any:
-  """None | "ngram[:n]" | "early_exit:n" | a model source | a loaded model | a drafter."""
+  """None | "ngram[:N]" | "early_exit:N" | a model source | a loaded model | a drafter."""
   if draft is None:
     return NoDrafter()
   if hasattr(draft, "propose"):
     return draft
   if isinstance(draft, str):
-    kind, _, arg = draft.partition(":")
+    kind, colon, arg = draft.partition(":")
     if kind == "ngram":
+      if colon and not arg.strip().isdigit():
+        raise _spec_error(draft, f"the n-gram size {arg!r} is not a positive integer")
       n = int(arg) if arg else 3
       if n < 1:
-        raise ValueError(f"Drafter {draft!r}: the n-gram size must be >= 1.")
+        raise _spec_error(draft, "the n-gram size must be >= 1")
       return drafters_lib.NgramDrafter(n=n)
     if kind == "early_exit":
       if not arg.isdigit() or not 1 <= int(arg) < target.cfg.n_layers:
-        raise ValueError(f"Drafter {draft!r}: give the number of target layers to keep, "
-                         f"between 1 and {target.cfg.n_layers - 1}, e.g. 'early_exit:8'.")
+        raise _spec_error(draft, "give the number of target layers to keep, between 1 and "
+                          f"{target.cfg.n_layers - 1}, e.g. 'early_exit:8'")
       return drafters_lib.EarlyExitDrafter(n_layers=int(arg))
+    if colon and not os.path.exists(os.path.expanduser(draft)):
+      raise _spec_error(draft, f"unknown drafter kind {kind!r}")
     from specjax.loading import load_model  # a model source
     draft = load_model(draft, target=target)  # a draft asset reuses the target's embeddings
   if not (hasattr(draft, "cfg") and hasattr(draft, "params")):

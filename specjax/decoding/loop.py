@@ -18,28 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
-from specjax.decoding.drafters import DraftContext
+from specjax.decoding.drafters import DraftContext, NoDrafter  # NoDrafter: re-exported
 from specjax.decoding.verify import verify_batch, verify_row
 from specjax.models import KVCache, ModelConfig, forward_hidden, head
-
-
-@flax.struct.dataclass
-class NoDrafter:
-  """k = 0: the target decodes alone, one token per round."""
-
-  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
-    return ()
-
-  def propose(self, state, ctx: DraftContext, key):
-    b, v = ctx.tokens.shape[0], ctx.target_cfg.vocab_size
-    return (jnp.zeros((b, 0), jnp.int32), jnp.zeros((b, 0, v), jnp.float32), state,
-            ctx.target_cache)
-
-  def commit(self, state, n_tokens, hidden):
-    return state
-
-  def passes_per_round(self, k: int) -> int:
-    return 0
 
 
 @flax.struct.dataclass

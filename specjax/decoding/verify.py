@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from specjax import sampling as sampling_lib
 
 
-def verify_row(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array):
+def verify_row(drafts: jax.Array, q: jax.Array, p: jax.Array,
+               key: jax.Array) -> tuple[jax.Array, jax.Array]:
   """drafts [k] int, q [k, V], p [k+1, V], key -> (n_accepted in [0, k], next token)."""
   k = drafts.shape[0]
   key_accept, key_next = jax.random.split(key)
@@ -35,7 +36,7 @@ def verify_row(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array):
 
 
 def verify_batch(drafts: jax.Array, q: jax.Array, p: jax.Array, key: jax.Array,
-                 row_fn=verify_row):
+                 row_fn=verify_row) -> tuple[jax.Array, jax.Array]:
   """drafts [B, k], q [B, k, V], p [B, k+1, V] -> (n_accepted [B], next [B]).
 
   row_fn: the per-row rule; `verify_row` unless a study swaps in another one.

@@ -13,13 +13,16 @@ The `qwen2` architecture is stored unpermuted; `gpt2` stores fused QKV.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from specjax.errors import LoadError
 from specjax.loading.hf import check_shapes
 from specjax.models.config import ModelConfig
+
+if TYPE_CHECKING:  # annotation only: gguf is imported when a file is read
+  import gguf
 
 ARCHITECTURES = ("llama", "qwen2", "gpt2")
 
@@ -45,7 +48,7 @@ def _reader_class():
   return Reader
 
 
-def read_gguf(path: str, source: str):
+def read_gguf(path: str, source: str) -> "gguf.GGUFReader":
   """Opens a GGUF file (memory-mapped), turning parse failures into LoadError."""
   try:
     return _reader_class()(path)

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
+
+if TYPE_CHECKING:  # annotation only: transformers is imported where a tokenizer is built
+  from transformers import PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ _GPT2_PRE = ("default", "gpt2", "gpt-2", "mpt", "olmo", "jais")
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 
 
-def from_directory(directory: str):
+def from_directory(directory: str) -> Optional["PreTrainedTokenizerFast"]:
   """The fast tokenizer of a Hugging Face directory, or None when it ships none."""
   from transformers import PreTrainedTokenizerFast
   if os.path.isfile(os.path.join(directory, "tokenizer.json")):
@@ -90,7 +93,7 @@ def _pre_tokenizer(pre: Optional[str]):
   return byte_level
 
 
-def from_gguf(meta: dict, source: str):
+def from_gguf(meta: dict, source: str) -> Optional["PreTrainedTokenizerFast"]:
   """A PreTrainedTokenizerFast rebuilt from a GGUF's `tokenizer.*` metadata, or None.
 
   Only byte-level BPE vocabularies (`tokenizer.ggml.model == "gpt2"`, used by SmolLM2,
