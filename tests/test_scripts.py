@@ -166,6 +166,11 @@ def test_speculate_card_end_to_end(tiny_dirs, tmp_path):
   assert card["draft"] == draft and card["k"] == 3 and card["new_tokens"] >= 1
   assert 1.0 <= card["tokens_per_pass"] <= 4.0
   assert "identical to target  True" in proc.stdout
+  # The card says what its speedup means, from this run's own timings.
+  assert card["round_in_steps"] > 0 and 0 < card["verify_share"] <= 1 and card["warning"] is None
+  why = [line for line in proc.stdout.splitlines() if line.startswith("why ")]
+  assert len(why) == 1 and ("below 1" if card["speedup"] < 1 else "above 1") in why[0], why
+  assert f"kept {card['tokens_per_pass']:.2f} tokens" in why[0]
 
 
 @pytest.mark.slow
@@ -184,6 +189,11 @@ def test_speculate_bad_input_and_unreachable_model_are_clear_errors(tiny_dirs):
                                                  "--config.draft=ngram:2", "--config.k=0")
   assert "top_p" in fails(f"--config.target={target}", "--config.draft=ngram:2",
                           "--config.top_p=1.5")
+  # A draft that cannot be loaded fails loudly (no silent fallback to n-gram lookup).
+  err = fails(f"--config.target={target}", "--config.draft=no-such-draft")
+  assert "error: no-such-draft: unknown model" in err and "ngram" not in err.lower()
+  err = fails(f"--config.target={target}", "--config.draft=ngram:x")
+  assert "error: Drafter spec 'ngram:x'" in err and "'early_exit:N'" in err
   # The classic seed card needs gpt2 from the hub: offline with no cache, the loader's error.
   from huggingface_hub import try_to_load_from_cache
   if isinstance(try_to_load_from_cache("gpt2", "config.json"), str):

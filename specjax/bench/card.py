@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from absl import logging
+import numpy as np
 
 from specjax.bench import costs
 from specjax.bench.timing import best_of
@@ -69,35 +70,45 @@ def run_card(config) -> dict:
     if draft is not None and config.get("explain", True):
       card.update(pass_costs(target, draft, config.k, len(prompt), config.max_new_tokens,
                              repeats=config.repeats))
+      # A round's time in target-alone steps, from the two timed runs themselves.
+      per_round = s.wall_time_s / max(1, int(np.sum(s.rounds)))
+      per_step = base.stats.wall_time_s / max(1, int(np.sum(base.stats.rounds)))
+      card["round_in_steps"] = per_round / per_step
   card["speedup_note"] = speedup_note(card)
   return card
 
 
 def pass_costs(target, draft, k: int, prompt_len: int, max_new_tokens: int,
                repeats: int = 3) -> dict:
-  """What one round costs, in target decode steps, timed here as jitted calls at the
-  run's mean context: c_step (1-token target pass), c_verify (the (k+1)-token verify
-  pass), c_draft (one proposal of k drafts) in seconds, and their ratios."""
+  """One round's parts timed apart as jitted calls at the run's mean context: c_step
+  (a 1-token target pass), c_verify (the (k+1)-token verify pass) and c_draft (one
+  proposal of k drafts), in seconds, and the verify pass's share of a round."""
   ctx, max_len = prompt_len + max_new_tokens // 2, costs.cache_len(prompt_len, max_new_tokens, k)
   tc = costs.target_costs(target, ctx, max_len, [k], n=5, repeats=repeats)
   c_draft = costs.draft_cost(target, draft, k, ctx, max_len, n=5, repeats=repeats)
   c_step, c_verify = tc["step"], tc["verify"][k]
   return {"c_step_s": c_step, "c_verify_s": c_verify, "c_draft_s": c_draft,
-          "verify_in_steps": c_verify / c_step, "draft_in_steps": c_draft / c_step,
-          "round_in_steps": (c_verify + c_draft) / c_step}
+          "verify_share": c_verify / (c_verify + c_draft)}
 
 
 def speedup_note(c: dict) -> Optional[str]:
-  """One line: what the measured speedup means, from this run's pass costs."""
+  """One line: what the measured speedup means and where the time went, from this run.
+
+  round_in_steps: one round's time (draft k tokens + one verify pass) over one
+  target-alone step, both from the timed runs, so speedup ~ tokens_per_pass /
+  round_in_steps; verify_share: the verify pass's part of a round, timed apart."""
   if c.get("speedup") is None or c.get("round_in_steps") is None:
     return None
   k, tpp, rnd = c["k"], c["tokens_per_pass"], c["round_in_steps"]
-  costs_text = (f"one {k + 1}-token verify pass costs {c['verify_in_steps']:.2f} target steps "
-                f"and the {k} draft steps {c['draft_in_steps']:.2f}, so a round ({rnd:.2f} "
-                f"steps) must keep more than {rnd:.2f} tokens to pay; it kept {tpp:.2f}")
+  verify = rnd * c["verify_share"]
+  text = (f"a round ({k} draft steps + one {k + 1}-token verify pass) took {rnd:.2f} "
+          f"target-alone steps of time here, {verify:.2f} of them the verify pass, and kept "
+          f"{tpp:.2f} tokens ({tpp:.2f} / {rnd:.2f} = {tpp / rnd:.2f})")
   if c["speedup"] < 1:
-    return f"speedup below 1 = slower than the target alone: on this machine {costs_text}"
-  return f"speedup above 1: {costs_text}"
+    return (f"speedup below 1 = slower than the target alone: {text}; on this CPU a "
+            f"{k + 1}-token pass costs more than one 1-token step, so a round must keep more "
+            f"than {rnd:.2f} tokens to pay")
+  return f"speedup above 1: {text}"
 
 
 def _fmt(x, spec="{:.3f}"):

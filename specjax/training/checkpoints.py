@@ -12,7 +12,10 @@ by the `max_to_keep` rotation.
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import threading
+import time
 from typing import Any, Optional
 
 import jax
@@ -27,6 +30,29 @@ def _abstract(tree):
   def leaf(x):
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
   return jax.tree.map(leaf, tree)
+
+
+def _settle_failed_restore(before: set, timeout_s: float = 10.0) -> None:
+  """Lets the reads of a failed orbax restore finish inside the failure path.
+
+  orbax runs a restore in an event loop of its own and closes it at the first error,
+  while reads it started in worker threads (`asyncio.to_thread`) are still running.
+  Each one, when done, hands its result to the closed loop ("RuntimeError: Event loop
+  is closed"), and the pending futures they feed are finalized at some later garbage
+  collection, inside whatever code runs then. Waiting for the threads this restore
+  started and collecting their futures here keeps that out of the caller; their
+  callback errors are orphans of the failure being reported, so they are not logged.
+  """
+  deadline = time.monotonic() + timeout_s
+  quiet = logging.getLogger("concurrent.futures")
+  level = quiet.level
+  quiet.setLevel(logging.CRITICAL + 1)
+  try:
+    for thread in set(threading.enumerate()) - before:
+      thread.join(max(0.0, deadline - time.monotonic()))
+    gc.collect()
+  finally:
+    quiet.setLevel(level)
 
 
 class Checkpointer:
@@ -75,15 +101,12 @@ class Checkpointer:
       raise CheckpointError(
           f"No {kind} checkpoint{'' if step is None else f' for step {step}'} under {where}; "
           f"available steps: {sorted(manager.all_steps())}.")
+    before = set(threading.enumerate())
     try:
       return manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
     except Exception as e:  # noqa: BLE001 - orbax raises many kinds; summarised below
       reason = f"{type(e).__name__}: {e}"
-    # orbax ran the restore in an event loop of its own and closed it at the first error
-    # with the other arrays' reads still pending. Collect those orphaned tasks now (the
-    # exception, which references them, is gone): left to a random later collection their
-    # finalizers raise "RuntimeError: Event loop is closed" in whatever code runs then.
-    gc.collect()
+    _settle_failed_restore(before)
     raise CheckpointError(
         f"The {kind} checkpoint at {where} (step {step}) is corrupt or does not match this "
         f"config's draft ({reason}). It was left untouched: move it away to resume from an "

@@ -1,0 +1,205 @@
+"""What a newcomer meets first: clear one-line errors, honest fallbacks, help, packaging.
+
+Draft specs that name their grammar, a card that never silently swaps the draft it
+was asked for, every script's `--config.FIELD` checked in one line and its fields in
+`--help`, setup.py without warnings (assets and data still shipped), the specjax cache
+under a temporary directory, and a corrupt checkpoint that leaves no orphaned orbax
+tasks behind. All on toy models or subprocesses of a second or two.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+import specjax
+from specjax.errors import LoadError
+from specjax.training import toy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------- draft specs
+
+@pytest.fixture(scope="module")
+def target():
+  return toy.toy_target(vocab_size=64, n_layers=2)
+
+
+@pytest.mark.parametrize("spec,problem", [
+    ("ngram:x", "the n-gram size 'x' is not a positive integer"),
+    ("ngram:", "the n-gram size '' is not a positive integer"),
+    ("ngram:0", "the n-gram size must be >= 1"),
+    ("early_exit:9", "between 1 and 1"),
+    ("early_exit:", "between 1 and 1"),
+    ("ngrm:3", "unknown drafter kind 'ngrm'"),
+])
+def test_bad_draft_spec_names_the_spec_and_the_grammar(target, spec, problem):
+  with pytest.raises(ValueError) as e:
+    specjax.generate(target, [[1, 2, 3]], 4, draft=spec, k=2)
+  msg = str(e.value)
+  assert msg.startswith(f"Drafter spec {spec!r}: ") and problem in msg, msg
+  assert "'ngram:N'" in msg and "'early_exit:N'" in msg and "model source" in msg, msg
+  assert "\n" not in msg
+
+
+def test_good_draft_specs_still_parse(target):
+  from specjax.decoding.drafters import EarlyExitDrafter, NgramDrafter
+  from specjax.decoding.generate import resolve_drafter
+  assert resolve_drafter("ngram", target) == NgramDrafter(n=3)
+  assert resolve_drafter("ngram:2", target) == NgramDrafter(n=2)
+  assert resolve_drafter("early_exit:1", target) == EarlyExitDrafter(n_layers=1)
+
+
+# ----------------------------------------------------------------------- the card
+
+def test_card_fails_loudly_for_a_draft_it_cannot_load():
+  """A mistyped draft is an error, not a silent fallback to n-gram lookup."""
+  from specjax.bench import card
+  with pytest.raises(LoadError, match="no-such-draft: unknown model"):
+    card.load_draft("no-such-draft", fallback="ngram:3")
+
+
+def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):
+  """Only a registry draft missing from this install falls back, and the card says so."""
+  from specjax.bench import card
+  from specjax.loading import registry
+
+  def missing():
+    raise LoadError("tiny-missing-draft: the shipped draft is missing; reinstall specjax.")
+  monkeypatch.setitem(registry.REGISTRY, "tiny-missing-draft", missing)
+  label, draft, warning = card.load_draft("tiny-missing-draft", fallback="ngram:3")
+  assert (label, draft) == ("ngram:3", "ngram:3")
+  assert "tiny-missing-draft" in warning and "'ngram:3' instead" in warning
+  with pytest.raises(LoadError, match="shipped draft is missing"):
+    card.load_draft("tiny-missing-draft", fallback="")
+  fields = {"prompt": "p", "output": "o", "target": "t", "draft": label, "k": 4,
+            "temperature": 0.0, "new_tokens": 8, "target_passes": 5, "draft_passes": 16,
+            "acceptance_rate": 0.5, "tokens_per_pass": 1.5, "closed_form_tokens_per_pass": 1.9,
+            "speculative_tokens_per_s": 10.0, "warning": warning}
+  text = card.format_card(fields)
+  assert any(line.startswith("WARNING") and "tiny-missing-draft" in line
+             for line in text.splitlines()), text
+
+
+@pytest.mark.parametrize("speedup,word", [(0.62, "below 1"), (1.4, "above 1")])
+def test_card_explains_its_speedup_from_the_measured_costs(speedup, word):
+  from specjax.bench import card
+  c = {"k": 4, "tokens_per_pass": 1.32, "speedup": speedup, "round_in_steps": 2.0,
+       "verify_share": 0.9}
+  note = card.speedup_note(c)
+  assert note.startswith(f"speedup {word}") and "\n" not in note
+  assert "took 2.00 target-alone steps" in note and "1.80 of them the verify pass" in note
+  assert "kept 1.32 tokens (1.32 / 2.00 = 0.66)" in note
+  assert ("must keep more than 2.00 tokens" in note) == (speedup < 1)
+  assert card.speedup_note({"speedup": None}) is None
+
+
+# ----------------------------------------------------------------------- script configs
+
+def _script(name: str, *flags: str) -> subprocess.CompletedProcess:
+  env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
+  return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *flags], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=300)
+
+
+# (script, flags choosing a config, a field of that config, one of its defaults in --help)
+SCRIPTS = [
+    ("speculate.py", [], "max_new_tokens", "k=4"),
+    ("benchmark.py", [], "prompts.source", "max_new_tokens="),
+    ("acceptance_curves.py", ["--workdir=/nonexistent"], "ks", "ks="),
+    ("distill.py", ["--config=configs/distill_tiny.py", "--workdir=/nonexistent"],
+     "num_steps", "num_steps="),
+    ("eval_draft.py", ["--config=configs/distill_tiny.py"], "num_steps", "num_steps="),
+    ("export_hf.py", ["--config=configs/distill_tiny.py", "--workdir=/nonexistent"],
+     "num_steps", "num_steps="),
+]
+
+
+@pytest.mark.parametrize("script,flags,field,default", SCRIPTS, ids=[s[0] for s in SCRIPTS])
+def test_unknown_config_field_is_one_line_naming_the_valid_ones(script, flags, field, default):
+  proc = _script(script, *flags, "--config.kk=6")
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr
+  assert lines[0].startswith("error: --config.kk: ") and "no field 'kk'" in lines[0]
+  assert field.split(".")[0] in lines[0], lines[0]  # the valid fields are listed
+  nested = _script(script, *flags, f"--config.{field}x=1")
+  assert nested.returncode == 2 and "Traceback" not in nested.stderr
+  assert "did you mean" in nested.stderr and field in nested.stderr, nested.stderr
+
+
+@pytest.mark.parametrize("script,flags,field,default", SCRIPTS, ids=[s[0] for s in SCRIPTS])
+def test_help_lists_the_config_fields_with_defaults(script, flags, field, default):
+  proc = _script(script, "--help")
+  assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  text = " ".join(proc.stdout.split())  # absl wraps the help text
+  assert "--config:" in text and "--config.FIELD=VALUE" in text, proc.stdout
+  assert default in text, proc.stdout
+
+
+def test_missing_config_file_is_one_line():
+  proc = _script("speculate.py", "--config=configs/no_such_config.py")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip() == ("error: --config=configs/no_such_config.py: no such config "
+                                 "file; the configs are in configs/.")
+
+
+# ----------------------------------------------------------------------- packaging, cache
+
+def test_setup_builds_without_warnings_and_ships_assets_and_data(tmp_path):
+  proc = subprocess.run([sys.executable, "setup.py", "-q", "build",
+                         f"--build-base={tmp_path}"], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "absent from the `packages` configuration" not in proc.stderr, proc.stderr[-3000:]
+  assert "_Warning" not in proc.stderr, proc.stderr[-3000:]
+  lib = tmp_path / "lib" / "specjax"
+  for name in ("smollm2-135m-draft", "smollm2-135m-draft-lm"):
+    for f in ("config.json", "model.safetensors", "specjax_draft.json"):
+      assert (lib / "assets" / name / f).is_file(), (name, f)
+  for split in ("train", "train_extra", "heldout"):
+    assert (lib / "data" / f"prompts_{split}.jsonl").is_file(), split
+
+
+def test_specjax_cache_is_a_temporary_directory_in_tests(specjax_cache):
+  from specjax.loading.asset import cache_root
+  assert cache_root() == specjax_cache == os.environ["SPECJAX_CACHE"]
+  assert not specjax_cache.startswith(os.path.join(os.path.expanduser("~"), ".cache"))
+
+
+# ----------------------------------------------------------------------- checkpoints
+
+def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path):
+  """orbax closes its event loop at the first read error; the other reads' tasks must be
+  gone when restore raises, not finalized at a random later collection ("RuntimeError:
+  Event loop is closed" inside whatever test runs then)."""
+  from specjax.training import CheckpointError, Checkpointer
+  state = {"a": jnp.arange(300.0), "b": jnp.ones((8, 8)), "c": {"d": jnp.zeros(5)}}
+  ckpt = Checkpointer(str(tmp_path))
+  ckpt.save(3, state)
+  ckpt.close()
+  for root, _, files in os.walk(tmp_path / "checkpoints" / "3"):
+    for f in files:
+      if not f.startswith("_"):
+        with open(os.path.join(root, f), "wb") as fh:
+          fh.write(b"not a checkpoint")
+  gc.collect()
+  ckpt = Checkpointer(str(tmp_path))
+  try:
+    with pytest.raises(CheckpointError, match="corrupt"):
+      ckpt.restore(state)
+    leftovers = [o for o in gc.get_objects()
+                 if isinstance(o, asyncio.Future) or inspect.iscoroutine(o)]
+    closed_loops = [o for o in gc.get_objects()
+                    if isinstance(o, asyncio.AbstractEventLoop) and o.is_closed()]
+  finally:
+    ckpt.close()
+  assert not leftovers and not closed_loops, (leftovers[:5], closed_loops)
