@@ -1,6 +1,7 @@
 """The speculative-decoding card: target alone vs target + draft on one prompt."""
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 from absl import logging
@@ -24,9 +25,8 @@ def load_draft(source: str, fallback: str = "", target=None) -> tuple[str, Any, 
   """
   if not source:
     return "none", None, None
-  kind = source.partition(":")[0]
-  if kind in ("ngram", "early_exit"):
-    return source, source, None  # checked by generate's resolve_drafter before any work
+  if ":" in source and not os.path.exists(os.path.expanduser(source)):
+    return source, source, None  # a spec: generate's resolve_drafter checks it before any work
   try:
     return source, load_model(source, target=target), None
   except LoadError as e:
