@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Reruns every real-model study of experiments/ in sequence (about an hour on the
-# 2-core CPU). Each study's README holds its own command; this only chains them.
+# Reruns every real-model study of experiments/ in sequence. Each study's README holds
+# its own command; this only chains them.
 #   bash experiments/run_real.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/specjax_jax_cache}
+$PY scripts/speculate.py --json_out=experiments/demo/card.json > experiments/demo/card.txt
 $PY scripts/speculate.py --config=experiments/seed_card/config_gpt2.py \
     --json_out=experiments/seed_card/card_gpt2.json 2>&1 | tee experiments/seed_card/card_gpt2.txt
 $PY scripts/speculate.py --config=experiments/seed_card/config_embedded.py \
