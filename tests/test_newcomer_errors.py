@@ -64,6 +64,8 @@ def test_card_fails_loudly_for_a_draft_it_cannot_load():
   from specjax.bench import card
   with pytest.raises(LoadError, match="no-such-draft: unknown model"):
     card.load_draft("no-such-draft", fallback="ngram:3")
+  # A spec, even a mistyped one, goes to generate, whose error names the grammar.
+  assert card.load_draft("ngrm:3", fallback="ngram:3") == ("ngrm:3", "ngrm:3", None)
 
 
 def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):

@@ -194,8 +194,6 @@ def test_speculate_bad_input_and_unreachable_model_are_clear_errors(tiny_dirs):
   assert "error: no-such-draft: unknown model" in err and "ngram" not in err.lower()
   err = fails(f"--config.target={target}", "--config.draft=ngram:x")
   assert "error: Drafter spec 'ngram:x'" in err and "'early_exit:N'" in err
-  err = fails(f"--config.target={target}", "--config.draft=ngrm:3")
-  assert "error: Drafter spec 'ngrm:3': unknown drafter kind 'ngrm'" in err
   # The classic seed card needs gpt2 from the hub: offline with no cache, the loader's error.
   from huggingface_hub import try_to_load_from_cache
   if isinstance(try_to_load_from_cache("gpt2", "config.json"), str):
