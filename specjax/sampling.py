@@ -3,6 +3,14 @@
 Target and draft both go through `warp`, in one fixed order: temperature, then
 top-k, then top-p. Temperature 0 means greedy: a one-hot on the argmax, so the
 speculative acceptance rule min(1, p/q) reduces to exact-match verification.
+
+Ties: both filters keep every id tied with the last one they keep, so the result
+never depends on the order of tied ids. top-k keeps the ids whose logit is >= the
+k-th largest (more than k when ids tie with the k-th), as transformers'
+TopKLogitsWarper does; top-p keeps the smallest prefix of the sorted ids whose mass
+reaches top_p, plus every id tied with its last one (transformers' TopPLogitsWarper
+cuts inside a tie at whatever order its sort returns). Greedy takes the lowest id
+among tied maxima (argmax).
 """
 from __future__ import annotations
 

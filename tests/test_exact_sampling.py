@@ -1,10 +1,13 @@
 """Speculative sampling follows the target's warped distribution exactly.
 
-On a 5-token vocabulary the joint law of the first three generated tokens is
-enumerated exactly from the target (125 outcomes) and compared with N = 12,000
-speculative samples by a chi-square test: df <= 124, and we fail above
-df + 6 sqrt(2 df) (~ p < 1e-6), so a correct sampler essentially never fails. The
-negative control (accept every draft) must fail the same test.
+On a 5-token vocabulary the joint law of the first n generated tokens is enumerated
+exactly from the target (n = 4 at k = 1, n = 5 at k = 2: 625 / 3,125 outcomes) and
+compared with N = 12,000 speculative samples by a chi-square test (cells of expectation
+< 5 merged): we fail above df + 6 sqrt(2 df) (~ p < 1e-6), so a correct sampler
+essentially never fails. n is long enough that rows run two or more full rounds, keep
+bonus tokens and continue after a rejection rolled the caches back (asserted from the
+stats). Two wrong rules must fail the same test: accept every draft, and resample a
+rejected position from p instead of norm(max(0, p - q)).
 """
 import dataclasses
 import itertools
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 
 import specjax
+from specjax import sampling as sampling_lib
 from specjax.sampling import SamplingParams, warp
 from tiny_models import tiny
 
@@ -25,27 +29,47 @@ PROMPT = [1, 3, 0]
 N_CALLS, ROWS = 4, 3000
 
 
-def exact_joint(sampling: SamplingParams) -> np.ndarray:
-  """P(t1, t2, t3 | PROMPT) under the target's warped conditionals, by enumeration."""
-  pairs = list(itertools.product(range(V), repeat=2))
-  seqs = np.array([PROMPT + list(p) for p in pairs])  # [25, 5]
-  probs = np.asarray(warp(TARGET.logits(seqs), sampling), np.float64)  # [25, 5, V]
-  n = len(PROMPT)
-  joint = np.zeros((V, V, V))
-  for row, (a, b) in enumerate(pairs):
-    joint[a, b, :] = probs[row, n - 1, a] * probs[row, n, b] * probs[row, n + 1]
+NEW_TOKENS = {1: 4, 2: 5}  # k -> n: e.g. at k = 2 a rejection at d_1, then 3 tokens with a bonus
+
+
+def exact_joint(sampling: SamplingParams, n: int) -> np.ndarray:
+  """P(t_1..t_n | PROMPT) under the target's warped conditionals, by enumeration."""
+  prefixes = list(itertools.product(range(V), repeat=n - 1))
+  seqs = np.array([PROMPT + list(p) for p in prefixes])  # [V^(n-1), len(PROMPT) + n - 1]
+  probs = np.asarray(warp(TARGET.logits(seqs), sampling), np.float64)  # [V^(n-1), ., V]
+  start = len(PROMPT) - 1
+  joint = np.zeros((V,) * n)
+  for row, prefix in enumerate(prefixes):
+    mass = np.prod([probs[row, start + i, t] for i, t in enumerate(prefix)])
+    joint[prefix] = mass * probs[row, start + n - 1]
   return joint
 
 
-def sampled_joint(sampling, k, verifier=None, draft=DRAFT) -> np.ndarray:
-  counts = np.zeros((V, V, V))
-  for seed in range(N_CALLS):
-    out = specjax.generate(TARGET, [PROMPT] * ROWS, 3, draft=draft, k=k, seed=seed,
+def sampled_joint(sampling, k, verifier=None, draft=DRAFT, calls=N_CALLS) -> tuple:
+  """Counts of the first NEW_TOKENS[k] tokens over calls x ROWS speculative samples,
+  and the run statistics of each call."""
+  n = NEW_TOKENS[k]
+  counts, stats = np.zeros((V,) * n), []
+  for seed in range(calls):
+    out = specjax.generate(TARGET, [PROMPT] * ROWS, n, draft=draft, k=k, seed=seed,
                            temperature=sampling.temperature, top_k=sampling.top_k,
                            top_p=sampling.top_p, verifier=verifier)
     for toks in out.tokens:
-      counts[tuple(toks[:3])] += 1
-  return counts
+      counts[tuple(toks[:n])] += 1
+    stats.append(out.stats)
+  return counts, stats
+
+
+def assert_rounds_covered(stats_list, k):
+  """From the counters: rows ran >= 2 full rounds, kept a bonus token, and ran a round
+  after a rejection (two rejections in a row: at most one per round, so one was not in
+  the last round and the caches were rolled back before the next)."""
+  for s in stats_list:
+    uncut = s.new_tokens - 1 == s.accepted.sum(1) + s.rounds  # no round lost its last token
+    rejections = (s.checked - s.accepted).sum(1)
+    assert ((s.rounds >= 2) & uncut).mean() > 0.1
+    assert (uncut & (s.accepted[:, k - 1] > 0)).mean() > 0.02  # all k accepted + bonus kept
+    assert ((s.rounds >= 2) & (rejections >= 2)).mean() > 0.1
 
 
 def chi_square_fails(counts: np.ndarray, probs: np.ndarray) -> tuple:
@@ -69,15 +93,28 @@ def accept_everything(drafts, q, p, key):
   return jnp.int32(k), jax.random.categorical(key, jnp.log(p[k])).astype(jnp.int32)
 
 
+def resample_from_p(drafts, q, p, key):
+  """A subtler wrong rule: the exact acceptance test, but a rejected position is
+  resampled from p rather than from the residual norm(max(0, p - q))."""
+  k = drafts.shape[0]
+  key_accept, key_next = jax.random.split(key)
+  idx = jnp.arange(k)
+  accept = jax.random.uniform(key_accept, (k,)) * q[idx, drafts] < p[idx, drafts]
+  n = jnp.sum(jnp.cumprod(accept.astype(jnp.int32)))
+  return n.astype(jnp.int32), sampling_lib.sample(key_next, p[n])
+
+
 SETTINGS = [(SamplingParams(1.0), 1), (SamplingParams(0.8, top_k=3), 2),
             (SamplingParams(1.2, top_p=0.8), 2)]
 
 
 @pytest.mark.parametrize("sampling,k", SETTINGS)
 def test_speculative_sampling_is_exact(sampling, k):
-  probs = exact_joint(sampling)
+  probs = exact_joint(sampling, NEW_TOKENS[k])
   assert (probs > 0.01).sum() >= 8, "the target law should not be nearly deterministic"
-  fails, stat, df = chi_square_fails(sampled_joint(sampling, k), probs)
+  counts, stats = sampled_joint(sampling, k)
+  assert_rounds_covered(stats, k)
+  fails, stat, df = chi_square_fails(counts, probs)
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 
@@ -91,13 +128,9 @@ def test_reduced_head_draft_sampling_is_exact():
   q = np.asarray(warp(reduced.logits([PROMPT]), SamplingParams(1.0)))
   assert (q[..., [1, 4]] == 0).all() and np.allclose(q.sum(-1), 1)
   sampling = SamplingParams(1.0)
-  counts = np.zeros((V, V, V))
-  for seed in range(N_CALLS):
-    out = specjax.generate(TARGET, [PROMPT] * ROWS, 3, draft=reduced, k=2, seed=seed,
-                           temperature=1.0)
-    for toks in out.tokens:
-      counts[tuple(toks[:3])] += 1
-  fails, stat, df = chi_square_fails(counts, exact_joint(sampling))
+  counts, stats = sampled_joint(sampling, 2, draft=reduced)
+  assert_rounds_covered(stats, 2)
+  fails, stat, df = chi_square_fails(counts, exact_joint(sampling, NEW_TOKENS[2]))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 
@@ -108,12 +141,20 @@ def test_feature_draft_sampling_is_exact():
                                     key=jax.random.PRNGKey(4), init_std=0.5)
   draft = dataclasses.replace(DRAFT, cfg=cfg, params=params)
   sampling = SamplingParams(1.0)
-  fails, stat, df = chi_square_fails(sampled_joint(sampling, 2, draft=draft), exact_joint(sampling))
+  counts, stats = sampled_joint(sampling, 2, draft=draft)
+  assert_rounds_covered(stats, 2)
+  fails, stat, df = chi_square_fails(counts, exact_joint(sampling, NEW_TOKENS[2]))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 
-@pytest.mark.parametrize("sampling,k", SETTINGS[:2])
-def test_negative_control_fails(sampling, k):
-  probs = exact_joint(sampling)
-  fails, stat, df = chi_square_fails(sampled_joint(sampling, k, accept_everything), probs)
+@pytest.mark.parametrize("sampling,k,rule", [(*SETTINGS[0], accept_everything),
+                                             (*SETTINGS[1], accept_everything),
+                                             (*SETTINGS[1], resample_from_p)])
+def test_negative_control_fails(sampling, k, rule):
+  """The wrong rules fail by far (chi2 > 10x the threshold at N = 12,000): N = 3,000 does."""
+  probs = exact_joint(sampling, NEW_TOKENS[k])
+  counts, stats = sampled_joint(sampling, k, rule, calls=1)
+  if rule is resample_from_p:  # the exact acceptance test: rounds still cover every case
+    assert_rounds_covered(stats, k)
+  fails, stat, df = chi_square_fails(counts, probs)
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"

@@ -7,6 +7,10 @@ from specjax.sampling import SamplingParams, sample, warp
 
 
 def numpy_warp(logits, temperature, top_k, top_p):
+  """The rule, written out. Ties: top-k keeps every id whose logit is >= the k-th
+  largest (so more than k when ids tie with the k-th); top-p keeps the smallest prefix
+  of the sorted ids whose mass reaches top_p, then every id tied with its last one.
+  Greedy: the lowest id among tied maxima."""
   logits = np.asarray(logits, np.float64)
   if temperature == 0:
     out = np.zeros_like(logits)
@@ -26,6 +30,7 @@ def numpy_warp(logits, temperature, top_k, top_p):
       mass += probs[i]
       if mass >= top_p:
         break
+    keep += [i for i in order if z[i] == z[keep[-1]]]  # and every id tied with the last
     mask = np.full_like(z, -np.inf)
     mask[keep] = 0
     z = z + mask
@@ -42,6 +47,32 @@ def test_warp_matches_numpy(temperature, top_k, top_p):
   want = np.stack([numpy_warp(row, temperature, top_k, top_p) for row in logits])
   np.testing.assert_allclose(got, want, atol=1e-5)
   assert np.allclose(got.sum(-1), 1, atol=1e-5)
+
+
+# Tied logits: groups of 2, 3, 2 and 3 equal values. Mass of the groups at T = 1:
+# ~0.46, 0.38, 0.09, 0.06, so each top_p below lands inside a group, away from a group edge.
+TIED = np.log(np.array([6, 6, 3.33, 3.33, 3.33, 1.2, 1.2, 0.5, 0.5, 0.5]))
+
+
+@pytest.mark.parametrize("top_k,top_p,n_kept", [
+    (1, 1.0, 2), (2, 1.0, 2), (3, 1.0, 5), (4, 1.0, 5), (6, 1.0, 7), (8, 1.0, 10),
+    (0, 0.2, 2), (0, 0.5, 5), (0, 0.7, 5), (0, 0.9, 7), (0, 0.97, 10), (3, 0.3, 2),
+    (3, 0.6, 5), (6, 0.95, 7), (8, 0.99, 10)])
+def test_warp_keeps_whole_tie_groups(top_k, top_p, n_kept):
+  """top-k and top-p with ties, against the numpy rule: a tie group at the cut is kept
+  whole, and shuffling the ids only shuffles the output (no order dependence)."""
+  sampling = SamplingParams(1.0, top_k, top_p)
+  got = np.asarray(warp(TIED[None], sampling))[0]
+  np.testing.assert_allclose(got, numpy_warp(TIED, 1.0, top_k, top_p), atol=1e-6)
+  assert (got > 0).sum() == n_kept
+  perm = np.random.default_rng(1).permutation(len(TIED))
+  np.testing.assert_allclose(np.asarray(warp(TIED[perm][None], sampling))[0], got[perm], atol=1e-6)
+
+
+def test_greedy_tie_takes_the_lowest_id():
+  logits = np.array([[0.0, 2.0, 1.0, 2.0], [3.0, 3.0, 3.0, 3.0]], np.float32)
+  np.testing.assert_array_equal(np.asarray(warp(logits, SamplingParams(0.0))),
+                                [[0, 1, 0, 0], [1, 0, 0, 0]])
 
 
 def test_sampling_is_reproducible_and_follows_probs():

@@ -34,7 +34,8 @@ class LoopState:
   key: PRNG key, split every round.
   Counters, per row: target_passes (prefill included), draft_passes, rounds
   (verify passes while unfinished), checked[:, i] / accepted[:, i] = how often
-  draft position i was reached by verification / accepted.
+  draft position i was reached by verification and kept / accepted and kept
+  (exact definitions in `specjax.decoding.stats`).
   """
   tokens: jax.Array
   n_tokens: jax.Array
@@ -124,7 +125,8 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
         key=key, target_passes=s.target_passes + active,
         draft_passes=s.draft_passes + active * drafter.passes_per_round(k),
         rounds=s.rounds + active,
-        checked=s.checked + act * (pos <= n_acc[:, None]),
-        accepted=s.accepted + act * (pos < n_acc[:, None]))
+        # Only kept positions count: drafts that EOS / max_new cut were never emitted.
+        checked=s.checked + act * (pos < kept[:, None]),
+        accepted=s.accepted + act * (pos < jnp.minimum(n_acc, kept)[:, None]))
 
   return jax.lax.while_loop(lambda s: ~jnp.all(s.done), round_, state)

@@ -1,8 +1,30 @@
 """Run statistics of a (speculative) generation, per row and per run.
 
-alpha (acceptance rate) = accepted / checked draft positions, where a position is
-checked when every draft before it was accepted; for i.i.d. acceptance with rate
-alpha a round then yields (1 - alpha^(k+1)) / (1 - alpha) tokens on average.
+Axes: B batch rows, k draft positions per round.
+
+A round drafts k tokens d_1..d_k; verification accepts a prefix of n_acc of them and
+adds the target's own token, giving n_acc + 1 candidate tokens of which the row keeps
+`kept` (fewer when EOS or max_new_tokens cuts the candidates: the row ends there).
+Counters, per row, only over what was kept (a cut draft was never emitted, so it is
+neither checked nor accepted):
+
+  new_tokens[b]      tokens generated: the prefill's token plus every kept token.
+  target_passes[b]   target forward passes: 1 (prefill) + rounds.
+  draft_passes[b]    drafter forward passes (k per round for a draft model, 0 for lookup).
+  rounds[b]          verify passes, one per round while the row is unfinished.
+  checked[b, i]      rounds in which draft position i (0-based) was reached by
+                     verification (all earlier drafts accepted) and kept: i < kept.
+  accepted[b, i]     rounds in which draft position i was accepted and kept:
+                     i < min(n_acc, kept).
+
+Derived: alpha (acceptance rate) = accepted / checked, summed over positions (and rows
+for the run), the estimate of the per-token acceptance probability;
+tokens_per_pass = (new_tokens - 1) / rounds, the tokens each verify pass added after
+the prefill's token, per row and for the run (sums of both). Every round but a row's
+last keeps all n_acc + 1 candidates, so new_tokens - 1 = accepted + rounds, minus 1
+when the last round was cut. For i.i.d. acceptance with rate alpha a round yields
+(1 - alpha^(k+1)) / (1 - alpha) tokens on average (the closed form); at k = 1 the
+two agree by construction (up to a cut last round), so only k >= 2 tests the model.
 """
 from __future__ import annotations
 
@@ -23,12 +45,12 @@ def expected_tokens_per_pass(alpha: float, k: int) -> float:
 class SpecStats:
   """Counters of one run; all per-row arrays are numpy [B] or [B, k]."""
   k: int
-  new_tokens: np.ndarray  # [B] tokens generated per row
+  new_tokens: np.ndarray  # [B] tokens generated per row (the prefill's token included)
   target_passes: np.ndarray  # [B] target forward passes, prefill included
   draft_passes: np.ndarray  # [B] drafter forward passes
   rounds: np.ndarray  # [B] verify passes (target passes after prefill)
-  checked: np.ndarray  # [B, k] draft position i reached by verification
-  accepted: np.ndarray  # [B, k] draft position i accepted
+  checked: np.ndarray  # [B, k] draft position i reached by verification and kept
+  accepted: np.ndarray  # [B, k] draft position i accepted and kept
   wall_time_s: float = 0.0  # device run time, compile excluded
   compile_time_s: float = 0.0
 
@@ -45,9 +67,9 @@ class SpecStats:
 
   @property
   def tokens_per_pass(self) -> float:
-    """Mean tokens gained per verify pass (accepted drafts + the target's own token)."""
+    """Tokens generated after the prefill's token per verify pass, over the run."""
     rounds = self.rounds.sum()
-    return float((self.accepted.sum() + rounds) / rounds) if rounds else float("nan")
+    return float((self.new_tokens - 1).sum() / rounds) if rounds else float("nan")
 
   @property
   def closed_form_tokens_per_pass(self) -> Optional[float]:
@@ -63,7 +85,7 @@ class SpecStats:
     return {"new_tokens": int(self.new_tokens[b]), "target_passes": int(self.target_passes[b]),
             "draft_passes": int(self.draft_passes[b]), "rounds": int(self.rounds[b]),
             "acceptance_rate": accepted / checked if checked else None,
-            "tokens_per_pass": (accepted + int(self.rounds[b])) / int(self.rounds[b])
+            "tokens_per_pass": (int(self.new_tokens[b]) - 1) / int(self.rounds[b])
                                if self.rounds[b] else None}
 
   def to_dict(self, per_row: bool = False) -> dict:
