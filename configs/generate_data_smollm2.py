@@ -29,8 +29,9 @@ def get_config():
   c.prompt_max_new = 96
   c.response_temperature = 1.0  # 0: greedy responses; 1: on-policy samples
   c.response_top_p = 1.0
-  c.response_max_new = 128
+  c.response_max_new = 64  # the evaluation's horizon; raise it on an accelerator
   c.filters = ml_collections.ConfigDict(dict(
+      require_finished=True,  # drop user turns that did not end within prompt_max_new tokens
       min_words=4, max_words=220,  # prompt length in words
       min_ascii=0.97,  # fraction of ASCII characters
       min_english=0.12,  # fraction of words that are common English function words
