@@ -5,7 +5,8 @@
 
 Resumable: rerun the same command after an interruption; `--config.max_shards=N` bounds
 one call. Writes shards, manifest.json and log.jsonl into config.data_dir, and the
-cache's `pair_stats` to data_dir/stats.json (and --stats_out).
+cache's `pair_stats` to data_dir/stats.json (and --stats_out). `--stats_only` writes the
+stats of the cache as it stands (while a run is going, say) without generating.
 """
 import json
 import os
@@ -18,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Generation config.", lock_config=True)
 _STATS_OUT = flags.DEFINE_string("stats_out", None, "Also write the cache's stats JSON here.")
+_STATS_ONLY = flags.DEFINE_bool("stats_only", False, "Only write the stats of the cache.")
 flags.mark_flags_as_required(["config"])
 
 
@@ -29,7 +31,10 @@ def main(argv):
   if not config.target:
     raise app.UsageError("Pass --config.target=SOURCE (a load_model source with a chat template).")
   try:
-    stats = selfgen.generate(config, log=lambda line: print(line, flush=True))
+    if _STATS_ONLY.value:
+      stats = selfgen.pair_stats(config.data_dir, config)
+    else:
+      stats = selfgen.generate(config, log=lambda line: print(line, flush=True))
   except ValueError as e:
     sys.exit(f"error: {e}")
   text = json.dumps(stats, indent=1)

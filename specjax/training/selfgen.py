@@ -105,9 +105,9 @@ CATEGORIES = tuple(STEER)
 _ENGLISH = set("the a an of to and in is are was for on with that this what how why who which "
                "can you your my i me it be as at by from or do does if please about".split())
 _SENTINEL = "\x00USER\x00"
-HASHED_FIELDS = ("format", "target", "seed", "shard_size", "prompt_sets", "system_steer", "prompt_temperature",
-                 "prompt_top_p", "prompt_max_new", "response_temperature", "response_top_p",
-                 "response_max_new", "filters", "steer")
+HASHED_FIELDS = ("format", "target", "seed", "shard_size", "prompt_sets", "system_steer",
+                 "prompt_temperature", "prompt_top_p", "prompt_max_new", "response_temperature",
+                 "response_top_p", "response_max_new", "filters", "steer")
 
 
 # ----------------------------------------------------------------------------- n-grams
@@ -124,12 +124,6 @@ def ngrams(text: str, n: int = 8) -> set:
   if len(w) < n:
     return {hash(" ".join(w))} if w else set()
   return {hash(" ".join(w[i:i + n])) for i in range(len(w) - n + 1)}
-
-
-def overlap(text: str, seen: set, n: int = 8) -> float:
-  """Fraction of the text's n-grams found in `seen` (1.0 for an empty text)."""
-  g = ngrams(text, n)
-  return len(g & seen) / len(g) if g else 1.0
 
 
 def read_jsonl_texts(path: str) -> list[str]:
@@ -276,9 +270,12 @@ def load_pairs(data_dir: str, split: str = "all") -> list[dict]:
   return out
 
 
-def pair_stats(data_dir: str) -> dict:
-  """Counts, per-category counts, lengths, filter survival and throughput of a cache."""
+def pair_stats(data_dir: str, config=None) -> dict:
+  """Counts, per-category counts, lengths, filter survival and throughput of a cache
+  (checked against `config` when one is given)."""
   man = _manifest(data_dir)
+  if config is not None and man["config_hash"] != config_hash(config):
+    open_cache(data_dir, config, man["categories"])  # raises, naming the fields that differ
   cats = man["categories"]
   n, per_cat, p_len, r_len, fin, cand, texts = 0, {c: 0 for c in cats}, 0, 0, 0, 0, set()
   kept_gen = 0
@@ -297,7 +294,8 @@ def pair_stats(data_dir: str) -> dict:
   log = []
   if os.path.exists(os.path.join(data_dir, "log.jsonl")):
     with open(os.path.join(data_dir, "log.jsonl"), encoding="utf-8") as f:
-      log = [json.loads(line) for line in f if line.strip()]
+      lines = f.read().split("\n")
+    log = [json.loads(line) for line in lines[:-1] if line.strip()]  # the last: being written
   secs = sum(r["wall_s"] for r in log)
   comp = sum(r["compile_s"] for r in log)
   pairs_logged = sum(r["pairs"] for r in log)
