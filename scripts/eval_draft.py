@@ -116,10 +116,12 @@ def main(argv):
   if getattr(target, "tokenizer", None) is None:  # the toy target: its own token-id prompts
     rows = [{"id": f"toy-{i}", "category": "toy"} for i in range(len(held))]
     rows, prompts = rows[:FLAGS.num_prompts or None], held[:FLAGS.num_prompts or None]
+    label = "toy prompts"
   else:
     prompts = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
+    label = FLAGS.prompts
   cats = prompts_lib.by_category(rows)
-  res["prompts"] = {"source": FLAGS.prompts, "ids": [r["id"] for r in rows],
+  res["prompts"] = {"source": label, "ids": [r["id"] for r in rows],
                     "per_category": {c: len(i) for c, i in cats.items()}}
   for temp in [float(t) for t in FLAGS.temperatures]:
     for k in [int(k) for k in FLAGS.ks]:
@@ -166,7 +168,7 @@ def main(argv):
   for r in res["table"]:
     if r["k"] != FLAGS.category_k:
       continue
-    lines += ["", f"Per category, T = {r['temperature']:g}, k = {r['k']} ({FLAGS.prompts}):", "",
+    lines += ["", f"Per category, T = {r['temperature']:g}, k = {r['k']} ({label}):", "",
               "| category | prompts | alpha before | alpha after | tokens/pass before | "
               "tokens/pass after |", "|---|---|---|---|---|---|"]
     for c, v in r["by_category"].items():

@@ -19,7 +19,7 @@ with `specjax.generate` (plain jitted loop, batches of `batch_size`, greedy at
 Cache layout (`data_dir`):
     manifest.json       the generation config, its hash and the category list
     shard_00000.npz ... one per shard, written atomically (tmp file + rename)
-    log.jsonl           one line per written shard (wall seconds, compile, pairs, batch)
+    log.jsonl           one line per written shard (wall and CPU seconds, compile, pairs, batch)
 Shard s is a pure function of (config, s, the shards before it): its PRNG seeds derive
 from (seed, s), so a killed run rerun with the same config continues at the first
 missing shard with nothing lost and nothing duplicated. `batch_size` is left out of the
@@ -297,6 +297,8 @@ def pair_stats(data_dir: str, config=None) -> dict:
       lines = f.read().split("\n")
     log = [json.loads(line) for line in lines[:-1] if line.strip()]  # the last: being written
   secs = sum(r["wall_s"] for r in log)
+  timed = [r for r in log if "cpu_s" in r]  # CPU seconds of all the process's threads
+  cpu_s, cpu_pairs = sum(r["cpu_s"] for r in timed), sum(r["pairs"] for r in timed)
   comp = sum(r["compile_s"] for r in log)
   pairs_logged = sum(r["pairs"] for r in log)
   return {"config_hash": man["config_hash"], "shards": len(idx), "pairs": n,
@@ -309,6 +311,7 @@ def pair_stats(data_dir: str, config=None) -> dict:
           "logged_compile_s": comp,
           "pairs_per_minute": 60 * pairs_logged / secs if secs else None,
           "pairs_per_minute_excl_compile": 60 * pairs_logged / (secs - comp) if secs > comp else None,
+          "pairs_per_cpu_minute": 60 * cpu_pairs / cpu_s if cpu_s else None,
           "batch_sizes": sorted({r["batch_size"] for r in log})}
 
 
@@ -452,7 +455,7 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
     if s in done:
       s += 1
       continue
-    start, reasons = time.perf_counter(), None
+    start, cpu, reasons = time.perf_counter(), time.process_time(), None
     if s < n_fixed:  # a shard of the fixed prompt sets
       chunk = fixed[s * config.shard_size:(s + 1) * config.shard_size]
       texts, cats = [r["text"] for r in chunk], [categories.index(r["category"]) for r in chunk]
@@ -479,7 +482,8 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
     total += len(rows)
     empty = 0 if rows else empty + 1
     rec = {"shard": s, "pairs": len(rows), "candidates": int(shard_cand.sum()),
-           "wall_s": time.perf_counter() - start, "compile_s": compile_s,
+           "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+           "compile_s": compile_s,
            "batch_size": int(config.batch_size), "total_pairs": total,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if reasons is not None:
