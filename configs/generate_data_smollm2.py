@@ -7,8 +7,9 @@
 Magpie-style prompts over the 12 categories of the evaluation set, filtered and
 balanced, then on-policy responses (`specjax/training/selfgen.py`). Resumable: rerun
 the same command to continue; `--config.max_shards=N` bounds one call. On an
-accelerator the same command scales with `--config.batch_size=256` (batch size is not
-part of the cache's identity) and `--config.num_pairs=100000`.
+accelerator the same command scales with `--config.shard_size=1024 --config.batch_size=256`
+(neither is part of the cache's identity, so a CPU cache continues there) and
+`--config.num_pairs=100000`.
 """
 import ml_collections
 
@@ -20,8 +21,8 @@ def get_config():
   c.seed = 0
   c.num_pairs = 5000  # stop once the cache holds this many pairs
   c.max_shards = 0  # shards written per call (0: no limit), for bounded chunks
-  c.shard_size = 96  # prompt candidates (or fixed prompts) per shard
-  c.batch_size = 32  # rows per generate call; not hashed (scale it on an accelerator)
+  c.shard_size = 96  # prompt candidates (or fixed prompts) per shard; not hashed
+  c.batch_size = 32  # rows per generate call (at most shard_size); not hashed
   c.prompt_sets = ""  # fixed prompt sets answered first, e.g. "train,train_extra" (never "eval")
   c.system_steer = True  # a category system line before the user turn
   c.prompt_temperature = 1.0

@@ -71,9 +71,15 @@ def test_filters_on_crafted_prompts():
   assert seen.reason("Please explain how a jet engine works, in simple words for a child.") is None
 
 
-def test_generated_prompts_are_distinct_and_filtered(tmp_path, target):
-  c = _config(tmp_path, num_pairs=40)
-  stats = selfgen.generate(c, target=target, log=lambda _: None)
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, target):
+  """A 40-pair cache of the tiny config, and its stats."""
+  c = _config(tmp_path_factory.mktemp("cache"), num_pairs=40)
+  return c, selfgen.generate(c, target=target, log=lambda _: None)
+
+
+def test_generated_prompts_are_distinct_and_filtered(cache, target):
+  c, stats = cache
   pairs = selfgen.load_pairs(c.data_dir)
   assert stats["pairs"] == len(pairs) >= 40
   texts = [t for s in selfgen.shards(c.data_dir) for t in selfgen.read_shard(c.data_dir, s)["prompt_text"]]
@@ -126,19 +132,24 @@ def test_cache_of_another_config_is_refused(tmp_path, target):
   with pytest.raises(ValueError, match=r"another config .*fields differ: prompt_temperature\).*"
                                        r"--config.data_dir"):
     selfgen.generate(other, target=target, log=lambda _: None)
-  # The batch size changes which samples are drawn, not what the cache is: it may change.
-  selfgen.generate(_config(tmp_path, num_pairs=10, batch_size=4), target=target, log=lambda _: None)
+  # Batch and shard sizes change which samples are drawn, not what the cache is: they may
+  # change between calls (a CPU cache continued on an accelerator), still without duplicates.
+  assert selfgen.config_hash(_config(tmp_path, batch_size=4, shard_size=12)) == selfgen.config_hash(c)
+  selfgen.generate(_config(tmp_path, num_pairs=40, shard_size=16), target=target, log=lambda _: None)
+  texts = [t for s in selfgen.shards(c.data_dir) for t in selfgen.read_shard(c.data_dir, s)["prompt_text"]]
+  assert len(texts) >= 40 and len(set(texts)) == len(texts)
   with pytest.raises(ValueError, match="must not name 'eval'"):
     selfgen.generate(_config(tmp_path, "e", prompt_sets="eval"), target=target)
 
 
-def test_selection_split_is_disjoint(tmp_path, target):
-  c = _config(tmp_path, num_pairs=120)
-  selfgen.generate(c, target=target, log=lambda _: None)
+def test_selection_split_is_disjoint(cache, tmp_path, monkeypatch):
+  c, _ = cache
+  monkeypatch.setattr(selfgen, "SELECT_EVERY", 4)  # 1 in 4 at this size, 1 in 50 by default
   ids = lambda split: [p["id"] for p in selfgen.load_pairs(c.data_dir, split)]
   train, select, every = ids("train"), ids("select"), ids("all")
-  assert not set(train) & set(select) and sorted(train + select) == sorted(every)
-  assert len(select) <= len(every) // 10
+  assert train and select and not set(train) & set(select)
+  assert sorted(train + select) == sorted(every)
+  assert len(select) < len(train)
   with pytest.raises(ValueError, match="no manifest.json"):
     selfgen.load_pairs(str(tmp_path / "nothing"))
 

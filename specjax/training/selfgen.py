@@ -11,7 +11,7 @@ degenerate repetition, no special tokens) and dropped when it is a near duplicat
 evaluation set `specjax/data/prompts_eval.jsonl`, which so stays unseen. Categories
 (`CATEGORIES`, those of the evaluation set) get candidates in inverse proportion to how
 often theirs survived so far, so the kept pairs balance over them. Optional fixed prompt
-sets (`prompt_sets`, e.g. "train,train_extra") come first as shards of their own.
+sets (`prompt_sets`, e.g. "train,train_extra") come first, FIXED_SHARD to a shard.
 Responses: `target.encode(prompt, chat=True)` (what evaluation feeds the target) decoded
 with `specjax.generate` (plain jitted loop, batches of `batch_size`, greedy at
 `response_temperature` 0, on-policy samples at 1).
@@ -22,10 +22,13 @@ Cache layout (`data_dir`):
     log.jsonl           one line per written shard (wall and CPU seconds, compile, pairs, batch)
 Shard s is a pure function of (config, s, the shards before it): its PRNG seeds derive
 from (seed, s), so a killed run rerun with the same config continues at the first
-missing shard with nothing lost and nothing duplicated. `batch_size` is left out of the
-hash (it changes which samples are drawn, not their distribution), so a cache begun on
-a CPU can be continued on an accelerator with larger batches. Another config in the
-same `data_dir` is refused with a `ValueError` saying what to do.
+missing shard with nothing lost and nothing duplicated. `batch_size` and `shard_size`
+are left out of the hash (they change which samples are drawn, not their distribution;
+the filters see every earlier shard either way), so a cache begun on a CPU can be
+continued on an accelerator with larger batches and shards. Rows are decoded in
+batches of min(batch_size, shard_size), the last one padded, so shapes (and compiles)
+stay fixed. Another config in the same `data_dir` is refused with a `ValueError`
+saying what to do.
 
 Shard arrays (N pairs, C categories): prompt_tokens / response_tokens flat int32 with
 prompt_offsets / response_offsets [N + 1] int64; category [N] int16 (index into the
@@ -59,6 +62,7 @@ import numpy as np
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 EVAL_FILE = os.path.join(DATA_DIR, "prompts_eval.jsonl")
 SELECT_EVERY = 50  # 1 pair in 50 is the checkpoint-selection split
+FIXED_SHARD = 128  # prompts per shard of the fixed prompt sets (independent of shard_size)
 FORMAT = 1
 
 # Category -> (system line, openers). The opener starts the user turn; the target writes the rest.
@@ -105,7 +109,7 @@ CATEGORIES = tuple(STEER)
 _ENGLISH = set("the a an of to and in is are was for on with that this what how why who which "
                "can you your my i me it be as at by from or do does if please about".split())
 _SENTINEL = "\x00USER\x00"
-HASHED_FIELDS = ("format", "target", "seed", "shard_size", "prompt_sets", "system_steer",
+HASHED_FIELDS = ("format", "target", "seed", "prompt_sets", "system_steer",
                  "prompt_temperature", "prompt_top_p", "prompt_max_new", "response_temperature",
                  "response_top_p", "response_max_new", "filters", "steer")
 
@@ -349,6 +353,10 @@ def _generate_rows(target, ids: list, batch_size: int, max_new: int, temperature
   return out, fin, compile_s
 
 
+def _batch(config) -> int:
+  return max(1, min(config.batch_size, config.shard_size))
+
+
 def _allocate(n: int, kept: np.ndarray, cand: np.ndarray) -> np.ndarray:
   """n candidates over categories in inverse proportion to their survival so far (every
   category at least one), so the kept counts come out balanced."""
@@ -404,7 +412,7 @@ def _sample_prompts(config, target, s: int, seen: _Seen, kept, cand):
           for c, name in enumerate(CATEGORIES) for _ in range(alloc[c])]
   ids = [tok.encode(user_prefix(tok, STEER[CATEGORIES[c]][0] if config.system_steer else None) + op,
                     add_special_tokens=False) for c, op in plan]
-  new, fin, compile_s = _generate_rows(target, ids, config.batch_size, config.prompt_max_new,
+  new, fin, compile_s = _generate_rows(target, ids, _batch(config), config.prompt_max_new,
                                        config.prompt_temperature, config.prompt_top_p,
                                        _seed(config.seed, s, 1), target.eos_ids)
   special = set(tok.all_special_ids)
@@ -435,7 +443,7 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
     from specjax.loading import load_model
     target = load_model(config.target)
   seen = _Seen(config.filters, read_jsonl_texts(EVAL_FILE) if config.filters.exclude_eval else [])
-  n_fixed = math.ceil(len(fixed) / config.shard_size)
+  n_fixed = math.ceil(len(fixed) / FIXED_SHARD)
   kept = np.zeros(len(CATEGORIES), np.int64)  # generated pairs per category so far
   cand = np.zeros(len(CATEGORIES), np.int64)  # generated candidates per category so far
   total, done = 0, shards(data_dir)
@@ -457,7 +465,7 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
       continue
     start, cpu, reasons = time.perf_counter(), time.process_time(), None
     if s < n_fixed:  # a shard of the fixed prompt sets
-      chunk = fixed[s * config.shard_size:(s + 1) * config.shard_size]
+      chunk = fixed[s * FIXED_SHARD:(s + 1) * FIXED_SHARD]
       texts, cats = [r["text"] for r in chunk], [categories.index(r["category"]) for r in chunk]
       shard_cand, source, compile_s = np.zeros(len(CATEGORIES), np.int64), 1, 0.0
     else:
@@ -467,7 +475,7 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
     order = sorted(range(len(texts)), key=lambda i: len(prompt_ids[i]))  # fewer padded slots
     resp, rfin = [None] * len(texts), [False] * len(texts)
     if texts:
-      out, ok, cs = _generate_rows(target, [prompt_ids[i] for i in order], config.batch_size,
+      out, ok, cs = _generate_rows(target, [prompt_ids[i] for i in order], _batch(config),
                                    config.response_max_new, config.response_temperature,
                                    config.response_top_p, _seed(config.seed, s, 2), target.eos_ids)
       compile_s += cs
@@ -484,7 +492,7 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
     rec = {"shard": s, "pairs": len(rows), "candidates": int(shard_cand.sum()),
            "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
            "compile_s": compile_s,
-           "batch_size": int(config.batch_size), "total_pairs": total,
+           "batch_size": _batch(config), "total_pairs": total,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if reasons is not None:
       rec["rejected"] = reasons
