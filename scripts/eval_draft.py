@@ -38,7 +38,8 @@ flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, chec
 flags.DEFINE_string("asset", None, "The distilled draft asset (default: best checkpoint).")
 flags.DEFINE_string("out", None, "Write the results JSON here.")
 flags.DEFINE_string("prompts", "eval", "Prompt source for the tables: eval (default), heldout, "
-                    "repeat, builtin ('+'-joined) or a prompts .jsonl path (Spec-Bench question.jsonl).")
+                    "repeat, builtin ('+'-joined) or a prompts .jsonl path (Spec-Bench "
+                    "question.jsonl).")
 flags.DEFINE_integer("num_prompts", 32, "Prompts for the alpha table, spread over the categories "
                      "(0: all).")
 flags.DEFINE_integer("category_k", 4, "k of the per-category table.")
@@ -172,8 +173,9 @@ def main(argv):
               "| category | prompts | alpha before | alpha after | tokens/pass before | "
               "tokens/pass after |", "|---|---|---|---|---|---|"]
     for c, v in r["by_category"].items():
-      lines.append(f"| {c} | {len(cats[c])} | {v['before']['alpha']:.3f} | {v['after']['alpha']:.3f} | "
-                   f"{v['before']['tokens_per_pass']:.2f} | {v['after']['tokens_per_pass']:.2f} |")
+      b, a = v["before"], v["after"]
+      lines.append(f"| {c} | {len(cats[c])} | {b['alpha']:.3f} | {a['alpha']:.3f} | "
+                   f"{b['tokens_per_pass']:.2f} | {a['tokens_per_pass']:.2f} |")
   lines += ["", "| T | k | draft | speedup vs target alone (batch 1) |", "|---|---|---|---|"]
   for r in res["speed"]:
     lines.append(f"| {r['temperature']:g} | {r['k']} | {r['draft']} | {r['speedup']:.2f}x |")

@@ -111,7 +111,8 @@ def test_spread_by_category_keeps_every_category():
 @pytest.mark.parametrize("rows,needle", [
     (["{not json"], "question.jsonl:1: not a JSON object"),
     ([{"prompt": "hi", "category": "x"}], "question.jsonl:1: expected Spec-Bench"),
-    ([SPEC_BENCH[0], {"question_id": 2, "category": "", "turns": ["hi"]}], "question.jsonl:2: empty category"),
+    ([SPEC_BENCH[0], {"question_id": 2, "category": "", "turns": ["hi"]}],
+     "question.jsonl:2: empty category"),
     ([{"question_id": 2, "category": "x", "turns": []}], "'turns' must be a non-empty list"),
     ([], "holds no prompts"),
 ])

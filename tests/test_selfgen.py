@@ -43,10 +43,15 @@ def _config(tmp_path, name="data", **over):
   return c
 
 
+def _texts(data_dir):
+  return [t for s in selfgen.shards(data_dir) for t in selfgen.read_shard(data_dir, s)["prompt_text"]]
+
+
 def test_user_prefix_stops_at_the_user_turn(target):
   tok = target.tokenizer
   assert selfgen.user_prefix(tok, None) == "<|im_start|>user\n"
-  assert selfgen.user_prefix(tok, "Be brief.") == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+  assert selfgen.user_prefix(tok, "Be brief.") == (
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n")
 
 
 def test_filters_on_crafted_prompts():
@@ -55,8 +60,9 @@ def test_filters_on_crafted_prompts():
   good = "How do I make a simple tomato soup for four people?"
   assert selfgen.reject_reason(good, real) is None
   assert selfgen.reject_reason("Hi there", real) == "short"
-  assert selfgen.reject_reason("Wie kann ich eine einfache Tomatensuppe kochen heute Abend?", real) == "language"
-  assert selfgen.reject_reason("Как приготовить простой томатный суп на четверых?", real) == "language"
+  german = "Wie kann ich eine einfache Tomatensuppe kochen heute Abend?"
+  assert selfgen.reject_reason(german, real) == "language"
+  assert selfgen.reject_reason("Как приготовить простой томатный суп?", real) == "language"
   assert selfgen.reject_reason("the cat and the dog " * 12, real) == "repetitive"
   assert selfgen.reject_reason("the cat and the dog " * 12, f) is None
   seen = selfgen._Seen(real, selfgen.read_jsonl_texts(selfgen.EVAL_FILE))
@@ -82,7 +88,7 @@ def test_generated_prompts_are_distinct_and_filtered(cache, target):
   c, stats = cache
   pairs = selfgen.load_pairs(c.data_dir)
   assert stats["pairs"] == len(pairs) >= 40
-  texts = [t for s in selfgen.shards(c.data_dir) for t in selfgen.read_shard(c.data_dir, s)["prompt_text"]]
+  texts = _texts(c.data_dir)
   assert len(set(texts)) == len(texts) == len(pairs)
   seen = selfgen._Seen(c.filters, selfgen.read_jsonl_texts(selfgen.EVAL_FILE))
   for text, p in zip(texts, pairs):
@@ -136,7 +142,7 @@ def test_cache_of_another_config_is_refused(tmp_path, target):
   # change between calls (a CPU cache continued on an accelerator), still without duplicates.
   assert selfgen.config_hash(_config(tmp_path, batch_size=4, shard_size=12)) == selfgen.config_hash(c)
   selfgen.generate(_config(tmp_path, num_pairs=40, shard_size=16), target=target, log=lambda _: None)
-  texts = [t for s in selfgen.shards(c.data_dir) for t in selfgen.read_shard(c.data_dir, s)["prompt_text"]]
+  texts = _texts(c.data_dir)
   assert len(texts) >= 40 and len(set(texts)) == len(texts)
   with pytest.raises(ValueError, match="must not name 'eval'"):
     selfgen.generate(_config(tmp_path, "e", prompt_sets="eval"), target=target)

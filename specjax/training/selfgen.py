@@ -314,7 +314,8 @@ def pair_stats(data_dir: str, config=None) -> dict:
           "logged_shards": len(log), "logged_pairs": pairs_logged, "logged_wall_s": secs,
           "logged_compile_s": comp,
           "pairs_per_minute": 60 * pairs_logged / secs if secs else None,
-          "pairs_per_minute_excl_compile": 60 * pairs_logged / (secs - comp) if secs > comp else None,
+          "pairs_per_minute_excl_compile": (60 * pairs_logged / (secs - comp)
+                                            if secs > comp else None),
           "pairs_per_cpu_minute": 60 * cpu_pairs / cpu_s if cpu_s else None,
           "batch_sizes": sorted({r["batch_size"] for r in log})}
 
@@ -428,7 +429,8 @@ def _sample_prompts(config, target, s: int, seen: _Seen, kept, cand):
     seen.add(text)
     texts.append(text)
     cats.append(c)
-  return texts, cats, np.bincount([c for c, _ in plan], minlength=len(CATEGORIES)), reasons, compile_s
+  shard_cand = np.bincount([c for c, _ in plan], minlength=len(CATEGORIES))
+  return texts, cats, shard_cand, reasons, compile_s
 
 
 def generate(config, target=None, log: Callable = print, max_shards: Optional[int] = None) -> dict:
@@ -469,7 +471,8 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
       texts, cats = [r["text"] for r in chunk], [categories.index(r["category"]) for r in chunk]
       shard_cand, source, compile_s = np.zeros(len(CATEGORIES), np.int64), 1, 0.0
     else:
-      texts, cats, shard_cand, reasons, compile_s = _sample_prompts(config, target, s, seen, kept, cand)
+      texts, cats, shard_cand, reasons, compile_s = _sample_prompts(config, target, s, seen,
+                                                                    kept, cand)
       source = 0
     prompt_ids = [target.encode(t, chat=True) for t in texts]
     order = sorted(range(len(texts)), key=lambda i: len(prompt_ids[i]))  # fewer padded slots
