@@ -44,7 +44,7 @@ API for the trainer:
         selection, "train" the rest, "all" both. The evaluation set (prompts_eval.jsonl)
         is for tables only: never train on it or select checkpoints with it.
     pair_stats(data_dir) -> dict of counts, per-category counts, mean lengths, filter
-        survival and throughput from log.jsonl.
+        survival, throughput from log.jsonl and two example prompts per category.
 """
 from __future__ import annotations
 
@@ -282,7 +282,7 @@ def pair_stats(data_dir: str, config=None) -> dict:
     open_cache(data_dir, config, man["categories"])  # raises, naming the fields that differ
   cats = man["categories"]
   n, per_cat, p_len, r_len, fin, cand, texts = 0, {c: 0 for c in cats}, 0, 0, 0, 0, set()
-  kept_gen = 0
+  kept_gen, examples = 0, {}
   idx = shards(data_dir)
   for s in idx:
     z = read_shard(data_dir, s)
@@ -295,6 +295,9 @@ def pair_stats(data_dir: str, config=None) -> dict:
     cand += int(z["candidates"].sum())
     kept_gen += int((z["source"] == 0).sum())
     texts.update(z["prompt_text"].tolist())
+    for c, t in zip(z["category"], z["prompt_text"].tolist()):
+      if len(examples.setdefault(cats[int(c)], [])) < 2:
+        examples[cats[int(c)]].append(t[:200])
   log = []
   if os.path.exists(os.path.join(data_dir, "log.jsonl")):
     with open(os.path.join(data_dir, "log.jsonl"), encoding="utf-8") as f:
@@ -317,7 +320,8 @@ def pair_stats(data_dir: str, config=None) -> dict:
           "pairs_per_minute_excl_compile": (60 * pairs_logged / (secs - comp)
                                             if secs > comp else None),
           "pairs_per_cpu_minute": 60 * cpu_pairs / cpu_s if cpu_s else None,
-          "batch_sizes": sorted({r["batch_size"] for r in log})}
+          "batch_sizes": sorted({r["batch_size"] for r in log}),
+          "examples": examples}
 
 
 # ----------------------------------------------------------------------------- generation
