@@ -38,12 +38,12 @@ def main(argv):
   except ValueError as e:
     sys.exit(f"error: {e}")
   text = json.dumps(stats, indent=1)
-  print(text)
   paths = [os.path.join(config.data_dir, "stats.json")] + ([_STATS_OUT.value] if _STATS_OUT.value else [])
   for path in paths:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
       f.write(text + "\n")
+  print(text)
 
 
 if __name__ == "__main__":

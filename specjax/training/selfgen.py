@@ -315,7 +315,7 @@ def pair_stats(data_dir: str, config=None) -> dict:
           "generated_candidates": cand, "generated_kept": kept_gen,
           "filter_survival": kept_gen / cand if cand else None,
           "logged_shards": len(log), "logged_pairs": pairs_logged, "logged_wall_s": secs,
-          "logged_compile_s": comp,
+          "logged_compile_s": comp, "logged_cpu_s": cpu_s,
           "pairs_per_minute": 60 * pairs_logged / secs if secs else None,
           "pairs_per_minute_excl_compile": (60 * pairs_logged / (secs - comp)
                                             if secs > comp else None),
@@ -499,7 +499,7 @@ def generate(config, target=None, log: Callable = print, max_shards: Optional[in
     rec = {"shard": s, "pairs": len(rows), "candidates": int(shard_cand.sum()),
            "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
            "compile_s": compile_s,
-           "batch_size": _batch(config), "total_pairs": total,
+           "batch_size": _batch(config), "total_pairs": total, "load_avg": os.getloadavg()[0],
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if reasons is not None:
       rec["rejected"] = reasons
