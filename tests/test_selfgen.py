@@ -148,6 +148,23 @@ def test_cache_of_another_config_is_refused(tmp_path, target):
     selfgen.generate(_config(tmp_path, "e", prompt_sets="eval"), target=target)
 
 
+def test_fixed_prompt_sets_come_first(tmp_path, target, monkeypatch):
+  from specjax.training import data as data_lib
+  rows = [{"id": f"c{i}", "category": ["chat", "code"][i % 2], "split": "train",
+           "text": f"Question number {i}?"} for i in range(5)]
+  monkeypatch.setattr(data_lib, "load_prompts", lambda name: rows if name == "train" else 1 / 0)
+  c = _config(tmp_path, num_pairs=20, prompt_sets="train")
+  selfgen.generate(c, target=target, log=lambda _: None)
+  pairs = selfgen.load_pairs(c.data_dir)
+  fixed = [p for p in pairs if p["source"] == "prompt_set"]
+  assert [p["category"] for p in fixed] == [r["category"] for r in rows]
+  assert [p["prompt_ids"] for p in fixed] == [target.encode(r["text"], chat=True) for r in rows]
+  assert pairs[:5] == fixed and len(pairs) >= 20
+  assert selfgen.pair_stats(c.data_dir)["per_category"]["chat"] == 3
+  with pytest.raises(ValueError, match="must not name 'heldout'"):
+    selfgen.generate(_config(tmp_path, "h", prompt_sets="train,heldout"), target=target)
+
+
 def test_selection_split_is_disjoint(cache, tmp_path, monkeypatch):
   c, _ = cache
   monkeypatch.setattr(selfgen, "SELECT_EVERY", 4)  # 1 in 4 at this size, 1 in 50 by default

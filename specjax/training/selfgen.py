@@ -400,9 +400,10 @@ def _prompt_set_rows(config) -> list[dict]:
   from specjax.training import data as data_lib
   rows = []
   for name in [s.strip() for s in config.prompt_sets.split(",") if s.strip()]:
-    if name == "eval":
-      raise ValueError("config.prompt_sets must not name 'eval': the evaluation set is for "
-                       "tables only; name training splits such as 'train,train_extra'.")
+    if name in ("eval", "heldout"):
+      raise ValueError(f"config.prompt_sets must not name {name!r}: the evaluation set is for "
+                       "tables and the held-out split for checkpoint selection; name training "
+                       "splits such as 'train,train_extra'.")
     rows += data_lib.load_prompts(name)
   return rows
 
