@@ -123,6 +123,7 @@ def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path, target):
   open(selfgen.shard_path(part.data_dir, 1) + ".tmp999", "wb").write(b"half a shard")  # died mid-write
   selfgen.generate(part, target=target, log=lambda _: None)
   assert selfgen.shards(part.data_dir) == selfgen.shards(whole.data_dir)
+  assert not [n for n in os.listdir(part.data_dir) if ".tmp" in n]
   a, b = selfgen.load_pairs(whole.data_dir), selfgen.load_pairs(part.data_dir)
   assert a == b and len(a) >= 40
   keys = [(tuple(p["prompt_ids"]), tuple(p["response_ids"])) for p in b]

@@ -28,7 +28,7 @@ the filters see every earlier shard either way), so a cache begun on a CPU can b
 continued on an accelerator with larger batches and shards. Rows are decoded in
 batches of min(batch_size, shard_size), the last one padded, so shapes (and compiles)
 stay fixed. Another config in the same `data_dir` is refused with a `ValueError`
-saying what to do.
+saying what to do. One process writes a data_dir at a time.
 
 Shard arrays (N pairs, C categories): prompt_tokens / response_tokens flat int32 with
 prompt_offsets / response_offsets [N + 1] int64; category [N] int16 (index into the
@@ -182,6 +182,9 @@ def _atomic_write(path: str, write: Callable) -> None:
 def open_cache(data_dir: str, config, categories: list) -> None:
   """Creates data_dir/manifest.json, or checks that the one there was written by this config."""
   os.makedirs(data_dir, exist_ok=True)
+  for name in os.listdir(data_dir):  # half-written shards of a killed run
+    if re.fullmatch(r"shard_\d{5}\.npz\.tmp\d+", name):
+      os.remove(os.path.join(data_dir, name))
   path = os.path.join(data_dir, "manifest.json")
   want = {"config_hash": config_hash(config), "config": config_dict(config),
           "categories": list(categories)}
