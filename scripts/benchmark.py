@@ -2,6 +2,13 @@
 
     python scripts/benchmark.py [--config=configs/benchmark.py] [--workdir=DIR] [--json_out=PATH]
     python scripts/benchmark.py --config.prompts.source=repeat --config.repeats=5
+    python scripts/benchmark.py --config.prompts.source=eval --config.prompts.per_category=2
+    python scripts/benchmark.py --config.prompts.source=path/to/question.jsonl  # Spec-Bench
+
+Prompts (config.prompts.source): a source of specjax/bench/prompts.py (eval, heldout,
+repeat, builtin; "+"-joined) or a prompts .jsonl path: Spec-Bench's question.jsonl
+({question_id, category, turns}; the first turn) or the project's format; the table has
+one speedup column per category.
 
 Prints a table (tokens/s, speedup over the same framework's target alone, ratio to
 transformers greedy, alpha, tokens per pass beside the closed form, ideal speedup from
@@ -10,13 +17,14 @@ measured per-pass costs, fraction of it reached) and writes the full results as 
 """
 import json
 import os
+import sys
 
 from absl import app, flags, logging
 
 from config_cli import define_config
 
 _CONFIG = define_config("configs/benchmark.py", "Benchmark config.")
-from specjax.bench import sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax.bench import prompts as prompts_lib, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
@@ -25,6 +33,10 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 def main(argv):
   del argv
   config = _CONFIG.value
+  try:  # a bad prompts source, file or category: one line, before any model loads
+    prompts_lib.check_config(config.prompts)
+  except ValueError as e:
+    sys.exit(f"error: config.prompts: {e}")
   if _WORKDIR.value:
     os.makedirs(_WORKDIR.value, exist_ok=True)
     with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:

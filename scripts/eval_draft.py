@@ -1,14 +1,23 @@
-"""Measures a draft before and after distillation on the held-out prompts.
+"""Measures a draft before and after distillation on the evaluation set, per category.
 
     python scripts/eval_draft.py --config=configs/distill_smollm2.py \
         --asset=specjax/assets/smollm2-135m-draft --num_prompts=16 --max_new=48 \
         --speed_prompts=4 --speed_ks=2,4 --out=experiments/distill_smollm2/results.json
+    python scripts/eval_draft.py ... --prompts=heldout            # the templated held-out split
+    python scripts/eval_draft.py ... --prompts=path/to/question.jsonl --num_prompts=0  # Spec-Bench
+
+Prompts (--prompts): by default the evaluation set `specjax/data/prompts_eval.jsonl`
+(hand-written, 12 categories, never used for training or checkpoint selection); any
+source of `specjax/bench/prompts.py` ("heldout", "repeat", "+"-joined) or a prompts file
+(Spec-Bench's question.jsonl or the project's .jsonl). --num_prompts of them, the same
+share from every category (0: all).
 
 For the draft at initialisation ("before": the config's draft built from the target,
 with the same reduced vocabulary) and the distilled one ("after": --asset, else the
 workdir's best checkpoint), with the real speculative engine:
   * alpha and tokens per target pass for k = 1..8, greedy and temperature 1, on
-    --num_prompts held-out prompts decoded as one batch (--max_new tokens each);
+    --num_prompts prompts decoded as one batch (--max_new tokens each), overall and per
+    category (the per-category table at k = --category_k);
   * wall-clock speedup over the target alone at batch 1 (--speed_prompts prompts of one
     length bucket, decoded one at a time; compile excluded), measured in the same run;
   * per-token cost of one draft decode step relative to one target decode step.
@@ -16,6 +25,7 @@ Writes JSON and prints a markdown table.
 """
 import json
 import os
+import sys
 import time
 
 from absl import app, flags, logging
@@ -29,7 +39,12 @@ flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, chec
                     "needed without --asset.")
 flags.DEFINE_string("asset", None, "The distilled draft asset (default: best checkpoint).")
 flags.DEFINE_string("out", None, "Write the results JSON here.")
-flags.DEFINE_integer("num_prompts", 32, "Held-out prompts for the alpha table.")
+flags.DEFINE_string("prompts", "eval", "Prompt source for the tables: eval (default), heldout, "
+                    "repeat, builtin ('+'-joined) or a prompts .jsonl path (Spec-Bench "
+                    "question.jsonl).")
+flags.DEFINE_integer("num_prompts", 32, "Prompts for the alpha table, spread over the categories "
+                     "(0: all).")
+flags.DEFINE_integer("category_k", 4, "k of the per-category table.")
 flags.DEFINE_integer("max_new", 64, "New tokens per prompt.")
 flags.DEFINE_list("ks", [str(k) for k in range(1, 9)], "Draft lengths.")
 flags.DEFINE_list("temperatures", ["0", "1"], "Sampling temperatures.")
@@ -73,12 +88,17 @@ def main(argv):
   import specjax
   from types import SimpleNamespace
   from specjax.loading.asset import load_asset
+  from specjax.bench import common, prompts as prompts_lib
   from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
   from specjax.training.train import init_draft, prepare_draft, restore_draft
   config = FLAGS.config
   if not FLAGS.asset and not FLAGS.workdir:
     raise app.UsageError("Pass --asset=DIR (a draft asset) or --workdir=DIR (a distillation run).")
+  try:  # a bad prompts source or file: one line, before any model loads
+    rows = prompts_lib.spread_by_category(prompts_lib.select(FLAGS.prompts, 0), FLAGS.num_prompts)
+  except ValueError as e:
+    sys.exit(f"error: --prompts={FLAGS.prompts}: {e}")
   target, train_prompts, held = setup_target(config)
   if FLAGS.asset:
     # "before": the config's initialisation with the asset's own reduced vocabulary (the
@@ -97,19 +117,32 @@ def main(argv):
   res["cost"] = {"target_step_ms": t_ms, "draft_step_ms": step_cost_ms(a_params, a_cfg)}
   res["cost"]["ratio"] = res["cost"]["draft_step_ms"] / t_ms
   print("cost", res["cost"], flush=True)
-  prompts = data_lib.spread(held, FLAGS.num_prompts)
+  if getattr(target, "tokenizer", None) is None:  # the toy target: its own token-id prompts
+    rows = [{"id": f"toy-{i}", "category": "toy"} for i in range(len(held))]
+    rows, prompts = rows[:FLAGS.num_prompts or None], held[:FLAGS.num_prompts or None]
+    label = "toy prompts"
+  else:
+    prompts = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
+    label = FLAGS.prompts
+  cats = prompts_lib.by_category(rows)
+  res["prompts"] = {"source": label, "ids": [r["id"] for r in rows],
+                    "per_category": {c: len(i) for c, i in cats.items()}}
   for temp in [float(t) for t in FLAGS.temperatures]:
     for k in [int(k) for k in FLAGS.ks]:
-      row = {"temperature": temp, "k": k}
+      row = {"temperature": temp, "k": k, "by_category": {c: {} for c in cats}}
       for name, d in drafts.items():
         r = specjax.generate(target, prompts, FLAGS.max_new, draft=d, k=k, temperature=temp, seed=0)
         row[name] = {"alpha": r.stats.acceptance_rate, "tokens_per_pass": r.stats.tokens_per_pass}
+        for c, idx in cats.items():
+          sub = common.select_rows(r.stats, idx)
+          row["by_category"][c][name] = {"alpha": sub.acceptance_rate,
+                                         "tokens_per_pass": sub.tokens_per_pass}
       res["table"].append(row)
       print(json.dumps(row), flush=True)
   # Batch-1 speedup: prompts sharing one length bucket (one compile), one at a time.
   from specjax.decoding.generate import prompt_bucket
   by_bucket = {}
-  for p in held:
+  for p in prompts:
     by_bucket.setdefault(prompt_bucket(len(p)), []).append(p)
   speed_set = data_lib.spread(max(by_bucket.values(), key=len), FLAGS.speed_prompts)
   for temp in [float(t) for t in FLAGS.temperatures]:
@@ -136,6 +169,16 @@ def main(argv):
     lines.append(f"| {r['temperature']:g} | {r['k']} | {r['before']['alpha']:.3f} | "
                  f"{r['after']['alpha']:.3f} | {r['before']['tokens_per_pass']:.2f} | "
                  f"{r['after']['tokens_per_pass']:.2f} |")
+  for r in res["table"]:
+    if r["k"] != FLAGS.category_k:
+      continue
+    lines += ["", f"Per category, T = {r['temperature']:g}, k = {r['k']} ({label}):", "",
+              "| category | prompts | alpha before | alpha after | tokens/pass before | "
+              "tokens/pass after |", "|---|---|---|---|---|---|"]
+    for c, v in r["by_category"].items():
+      b, a = v["before"], v["after"]
+      lines.append(f"| {c} | {len(cats[c])} | {b['alpha']:.3f} | {a['alpha']:.3f} | "
+                   f"{b['tokens_per_pass']:.2f} | {a['tokens_per_pass']:.2f} |")
   lines += ["", "| T | k | draft | speedup vs target alone (batch 1) |", "|---|---|---|---|"]
   for r in res["speed"]:
     lines.append(f"| {r['temperature']:g} | {r['k']} | {r['draft']} | {r['speedup']:.2f}x |")

@@ -1,0 +1,42 @@
+"""Self-generated training data from the embedded SmolLM2-135M-Instruct target.
+
+    nice -n 10 python scripts/generate_data.py --config=configs/generate_data_smollm2.py \
+        --config.data_dir=/work/data/selfgen_smollm2 --config.num_pairs=5000 \
+        --stats_out=experiments/selfgen/stats.json
+
+Magpie-style prompts over the 12 categories of the evaluation set, filtered and
+balanced, then on-policy responses (`specjax/training/selfgen.py`). Resumable: rerun
+the same command to continue; `--config.max_shards=N` bounds one call. On an
+accelerator the same command scales with `--config.shard_size=1024 --config.batch_size=256`
+(neither is part of the cache's identity, so a CPU cache continues there) and
+`--config.num_pairs=100000`.
+"""
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.target = "smollm2-135m"
+  c.data_dir = "/tmp/selfgen_smollm2"
+  c.seed = 0
+  c.num_pairs = 5000  # stop once the cache holds this many pairs
+  c.max_shards = 0  # shards written per call (0: no limit), for bounded chunks
+  c.shard_size = 96  # prompt candidates (or fixed prompts) per shard; not hashed
+  c.batch_size = 32  # rows per generate call (at most shard_size); not hashed
+  c.prompt_sets = ""  # fixed prompt sets answered first, e.g. "train,train_extra" (never "eval")
+  c.system_steer = True  # a category system line before the user turn
+  c.prompt_temperature = 1.0
+  c.prompt_top_p = 0.95
+  c.prompt_max_new = 96
+  c.response_temperature = 1.0  # 0: greedy responses; 1: on-policy samples
+  c.response_top_p = 1.0
+  c.response_max_new = 64  # the evaluation's horizon; raise it on an accelerator
+  c.filters = ml_collections.ConfigDict(dict(
+      require_finished=True,  # drop user turns that did not end within prompt_max_new tokens
+      min_words=4, max_words=220,  # prompt length in words
+      min_ascii=0.97,  # fraction of ASCII characters
+      min_english=0.12,  # fraction of words that are common English function words
+      min_distinct_3grams=0.6,  # distinct / all word 3-grams (degenerate loops fail)
+      ngram=8, max_overlap=0.5,  # near duplicate: > max_overlap of its 8-grams seen before
+      exclude_eval=True))  # drop prompts sharing any 8-gram with prompts_eval.jsonl
+  return c
