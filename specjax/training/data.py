@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.models import KVCache, ModelConfig, forward, forward_hidden
+from specjax.models import KVCache, ModelConfig, forward
 from specjax.sampling import SamplingParams, sample, warp
 from specjax.training.teacher import topk_logp
 
@@ -166,26 +166,6 @@ def add_teacher_topk(pool: dict, target_params, target_cfg: ModelConfig, top_k: 
     ids[start:start + batch_size] = np.where(m, i[:len(m)], 0)
     lp[start:start + batch_size] = np.where(m, l[:len(m)], 0)
   return dict(pool, teacher_ids=ids, teacher_logp=lp)
-
-
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _features(params, cfg: ModelConfig, tokens):
-  return forward_hidden(params, cfg, tokens)[0]
-
-
-def target_features(pool: dict, target_params, target_cfg: ModelConfig,
-                    batch_size: int = 8) -> np.ndarray:
-  """[N, L, D] float16: the target's last hidden state (before its final norm) at every
-  position of the pool's sequences, for feature drafts (one cache-free target pass)."""
-  n, seq_len = pool["tokens"].shape
-  out = np.zeros((n, seq_len, target_cfg.d_model), np.float16)
-  for start in range(0, n, batch_size):
-    toks = pool["tokens"][start:start + batch_size]
-    rows = toks.shape[0]
-    toks = np.pad(toks, ((0, batch_size - rows), (0, 0)))
-    out[start:start + rows] = np.asarray(
-        _features(target_params, target_cfg, jnp.asarray(toks)))[:rows].astype(np.float16)
-  return out
 
 
 def save_pool(path: str, pool: dict) -> None:
