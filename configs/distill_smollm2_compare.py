@@ -7,9 +7,11 @@ equal training compute, sized for this 2-core CPU (`experiments/distill_smollm2/
 The argument is the number of target layers the draft reads: 1 (the last, f_29, as the
 shipped draft) or 3 (layers 2, 15 and 29, concatenated and projected by fc_layers).
 Everything else is the same: the shipped draft's recipe (`configs/distill_smollm2.py`:
-one block, 4096-token head, forward KL + smooth-L1 on features, unroll_steps = 3) on the
-training and extra training splits plus whatever self-generated pairs
-`data.generated_dir` holds when a run first starts (frozen into its workdir), with
+one block, 4096-token head, forward KL + smooth-L1 on features, unroll_steps = 3), sized
+down for a CPU shared by several jobs: one temperature-1 target continuation per prompt
+of the training split (no greedy pool, no extra split) plus up to 600 self-generated
+pairs of `data.generated_dir` (those that exist when the data is first built; frozen into
+the workdir), with
 checkpoint selection on 32 prompts split off the training sets (eval.select = "train"),
 so neither the held-out split nor prompts_eval.jsonl shapes the draft or its selection.
 Rerun the same command to resume; `--stop_at=N` ends a chunk at step N.
@@ -38,8 +40,10 @@ def get_config(arg: str = "1"):
   if n not in LAYERS:
     raise ValueError(f"distill_smollm2_compare.py:{arg}: give 1 or 3 (target layers read).")
   c.draft.feature_layers = LAYERS[n]
+  c.prompts.train_sets = ("train",)
+  c.data.greedy_pool = False
   c.data.generated_dir = "/work/data/selfgen_smollm2"
-  c.data.generated_max_pairs = 0  # all that exist when the run starts
+  c.data.generated_max_pairs = 600
   c.eval = ml_collections.ConfigDict(dict(every=100, engine=True, num_prompts=16, max_new_tokens=48,
                                           k=4, temperature=0.0, select="train", select_prompts=32))
   c.num_steps = 600

@@ -112,13 +112,16 @@ def set_pool(config, workdir, target, name: str, prompts, index: int, key, log,
 
 
 def _load_pairs(data_dir: str) -> list:
-  """The self-generated prompt-response pairs of data_dir (`selfgen.load_pairs`)."""
+  """The self-generated prompt-response pairs of data_dir for training (`selfgen.load_pairs`)."""
   try:
     from specjax.training import selfgen
   except ImportError:
     raise ValueError(f"config.data.generated_dir={data_dir!r} needs specjax.training.selfgen "
                      "(the self-generated data stage), which this installation lacks.") from None
-  return selfgen.load_pairs(data_dir)
+  try:  # selfgen keeps a selection split of its own: training reads only its "train" pairs
+    return selfgen.load_pairs(data_dir, split="train")
+  except TypeError:
+    return selfgen.load_pairs(data_dir)
 
 
 def pairs_to_pool(pairs: Sequence[dict], seq_len: int, max_new: int) -> dict:

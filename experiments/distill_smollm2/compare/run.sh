@@ -1,0 +1,27 @@
+#!/bin/bash
+# 1-layer vs 3-layer features at equal training compute (same data, steps, batch, seed).
+#   W=/tmp/e3 bash experiments/distill_smollm2/compare/run.sh [extra --config.x=... flags]
+# Builds the shared data once (prep.py), then trains both drafts side by side; rerun the
+# same command to resume both (every stage is cached / checkpointed in $W).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+W=${W:-/tmp/e3}
+PY=${PY:-python}
+mkdir -p "$W/data"
+GEN=()
+if [ ! -f /work/data/selfgen_smollm2/manifest.json ] && [ ! -f "$W/data/generated_pool.npz" ]; then
+  GEN=(--config.data.generated_dir=)   # no self-generated pairs (yet): prompt pools only
+fi
+nice -n 10 $PY experiments/distill_smollm2/compare/prep.py --data="$W/data" \
+  --config=configs/distill_smollm2_compare.py:3 "${GEN[@]}" "$@"
+pids=()
+for n in 1 3; do
+  mkdir -p "$W/l$n"
+  [ -e "$W/l$n/data" ] || ln -s "$W/data" "$W/l$n/data"
+  nice -n 10 $PY scripts/distill.py --config=configs/distill_smollm2_compare.py:$n \
+    --workdir="$W/l$n" "${GEN[@]}" "$@" > "$W/l$n.log" 2>&1 &
+  pids+=($!)
+done
+echo "training: ${pids[*]} (logs $W/l1.log $W/l3.log)"
+wait
