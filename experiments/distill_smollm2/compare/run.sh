@@ -10,8 +10,13 @@ W=${W:-/tmp/e3}
 PY=${PY:-python}
 mkdir -p "$W/data"
 GEN=()
-if [ ! -f /work/data/selfgen_smollm2/manifest.json ] && [ ! -f "$W/data/generated_pool.npz" ]; then
-  GEN=(--config.data.generated_dir=)   # no self-generated pairs (yet): prompt pools only
+GEN_DIR=${GEN_DIR:-/work/data/selfgen_smollm2}
+if [ ! -f "$W/data/generated_pool.npz" ]; then
+  if ! ls "$GEN_DIR"/shard_*.npz >/dev/null 2>&1 || ! $PY -c "import specjax.training.selfgen" 2>/dev/null; then
+    GEN=(--config.data.generated_dir=)   # no self-generated pairs (yet): prompt pools only
+  else
+    GEN=(--config.data.generated_dir="$GEN_DIR")
+  fi
 fi
 nice -n 10 $PY experiments/distill_smollm2/compare/prep.py --data="$W/data" \
   --config=configs/distill_smollm2_compare.py:3 "${GEN[@]}" "$@"
