@@ -11,13 +11,16 @@ PY=${PY:-python}
 mkdir -p "$W/data"
 GEN=()
 GEN_DIR=${GEN_DIR:-/work/data/selfgen_smollm2}
-if [ ! -f "$W/data/generated_pool.npz" ]; then
-  if ! ls "$GEN_DIR"/shard_*.npz >/dev/null 2>&1 || ! $PY -c "import specjax.training.selfgen" 2>/dev/null; then
-    GEN=(--config.data.generated_dir=)   # no self-generated pairs (yet): prompt pools only
+# Decided once, when the data is first built, and kept for every resume (the pools, and
+# the draft's vocabulary drawn from them, must not change under a run).
+if [ ! -f "$W/data/generated_dir.txt" ]; then
+  if ls "$GEN_DIR"/shard_*.npz >/dev/null 2>&1 && $PY -c "import specjax.training.selfgen" 2>/dev/null; then
+    echo "$GEN_DIR" > "$W/data/generated_dir.txt"
   else
-    GEN=(--config.data.generated_dir="$GEN_DIR")
+    echo "" > "$W/data/generated_dir.txt"   # no self-generated pairs (yet): prompt pools only
   fi
 fi
+GEN=(--config.data.generated_dir="$(cat "$W/data/generated_dir.txt")")
 nice -n 10 $PY experiments/distill_smollm2/compare/prep.py --data="$W/data" \
   --config=configs/distill_smollm2_compare.py:3 "${GEN[@]}" "$@"
 pids=()
