@@ -12,7 +12,7 @@ down for a CPU shared by several jobs: one temperature-1 target continuation per
 of the training split (no greedy pool, no extra split) plus up to 600 self-generated
 pairs of `data.generated_dir` (those that exist when the data is first built; frozen into
 the workdir), with
-checkpoint selection on 32 prompts split off the training sets (eval.select = "train"),
+checkpoint selection on 16 prompts split off the training sets (eval.select = "train"),
 so neither the held-out split nor prompts_eval.jsonl shapes the draft or its selection.
 Rerun the same command to resume; `--stop_at=N` ends a chunk at step N.
 """
@@ -45,6 +45,6 @@ def get_config(arg: str = "1"):
   c.data.generated_dir = "/work/data/selfgen_smollm2"
   c.data.generated_max_pairs = 600
   c.eval = ml_collections.ConfigDict(dict(every=100, engine=True, num_prompts=16, max_new_tokens=48,
-                                          k=4, temperature=0.0, select="train", select_prompts=32))
+                                          k=4, temperature=0.0, select="train", select_prompts=16))
   c.num_steps = 600
   return c
