@@ -224,6 +224,12 @@ def test_missing_and_corrupt_checkpoints_are_clear_errors(tmp_path):
     train(c, str(work), t, tp, hp, progress=False)
   assert all(os.path.exists(p) for p in corrupted)  # nothing was deleted
   assert (work / "checkpoints" / "2").exists()
+  # A resumed run replaying an evaluated step offers it to the best manager again: kept as is.
+  best = Checkpointer(str(tmp_path / "best_twice"))
+  best.save_best(3, {"x": jnp.ones(2)}, 0.5)
+  best.save_best(3, {"x": jnp.zeros(2)}, 0.9)
+  assert best.best_step() == 3 and float(best.restore({"x": jnp.zeros(2)}, best=True)["x"][0]) == 1.0
+  best.close()
 
 
 # ------------------------------------------------------------------ export
