@@ -8,6 +8,9 @@ A *pool* is a dict of numpy arrays built once per source (target or draft sample
     mask   [N, L] float32 1 where the next token is a sampled continuation token
     teacher_ids [N, L, K] int32, teacher_logp [N, L, K] float16   (optional: top-K
            teacher at every masked position; absent when the teacher runs online)
+    features [N, L, F] float16   (feature drafts: the target's features at every
+           position, `specjax.training.teacher.add_features`; F = D, or L_f x D for
+           several target layers)
 Pools are saved as .npz in the workdir so a resumed run reuses them exactly.
 
 Batch order is a pure function of (seed, step): `batch_indices` draws the step's
