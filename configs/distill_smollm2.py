@@ -33,18 +33,22 @@ def get_config():
   c.prompts = ml_collections.ConfigDict(dict(num_train=0, num_heldout=0, max_prompt_len=0, chat=True,
                                              train_sets=("train", "train_extra")))
   # init: LM drafts only (a feature draft's block always starts random, N(0, init_std)).
+  # feature_layers: target layers read; (-1,) the last only, (2, 15, -1) EAGLE-3 style.
   c.draft = ml_collections.ConfigDict(dict(kind="feature", n_layers=1, init="random", init_std=0.02,
                                            head_vocab_size=4096, train_embeddings=False,
                                            feature_noise=0.05, feature_weight=1.0,
-                                           unroll_steps=3))
+                                           unroll_steps=3, feature_layers=(-1,)))
   c.data = ml_collections.ConfigDict(dict(
       source="target", draft_fraction=0.5, refresh_every=0, greedy_pool=True,
       teacher="topk", teacher_top_k=32, samples_per_prompt=1,
       max_new_tokens=128, seq_len=256, temperature=1.0, sample_batch_size=16))
   c.loss = ml_collections.ConfigDict(dict(name="fkl", beta=0.5))
   c.optim = ml_collections.ConfigDict(dict(lr=1e-3, warmup_steps=20, end_lr_fraction=0.1,
-                                           weight_decay=0.01, clip_norm=1.0, b1=0.9, b2=0.98))
+                                           weight_decay=0.01, clip_norm=1.0, b1=0.9, b2=0.98,
+                                           schedule="cosine"))
   c.batch_size = 16
+  c.grad_accum = 1  # micro-batches per update (batch_size must divide by it)
+  c.precision = "float32"  # or "bfloat16": bf16 compute, float32 master weights and losses
   c.num_steps = 800
   c.log_every = 5
   c.ckpt_every = 25

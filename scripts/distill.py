@@ -3,7 +3,8 @@
     python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2
     python scripts/distill.py --config=configs/distill_tiny.py --workdir=/tmp/t --config.num_steps=20
 
-Rerunning the same command on the same workdir resumes from the newest checkpoint.
+Rerunning the same command on the same workdir resumes from the newest checkpoint;
+--stop_at=N ends a call after step N (train in chunks).
 The workdir receives config.json, metrics.jsonl, TensorBoard events (tb/), the
 sampled data pools (data/), checkpoints/ (latest) and best/ (highest held-out alpha),
 and summary.json at the end. Add --distributed on a multi-host TPU/GPU job to call
@@ -21,6 +22,8 @@ define_config(None, "Distillation config file (configs/distill_*.py).",
               example="configs/distill_smollm2.py")
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data pools go.")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host).")
+flags.DEFINE_integer("stop_at", None, "End this call after that step (a resumable chunk; "
+                     "make it a multiple of config.ckpt_every so the chunk ends saved).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -59,7 +62,7 @@ def main(argv):
   print(f"Target {target.name}, {n_train} train / {len(heldout_prompts)} held-out "
         f"prompts, {jax.device_count()} devices.", flush=True)
   summary = train(config, workdir, target, train_prompts, heldout_prompts,
-                  log=lambda msg: print(msg, flush=True))
+                  log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
       json.dump({k: summary[k] for k in ("metrics", "latest_step", "best_step")}, f, indent=2)

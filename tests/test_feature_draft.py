@@ -51,6 +51,10 @@ class Recorder:
   def passes_per_round(self, k):
     return k
 
+  @property
+  def feature_layers(self):  # the loop hands the wrapped drafter the features it reads
+    return self.inner.feature_layers
+
 
 WIDTH = 64  # reference calls are right-padded to one width: one compile, causal models
              # keep the padding out of the real positions
@@ -186,3 +190,162 @@ def test_feature_draft_asset_roundtrip(tmp_path):
     export.materialize_hf(str(tmp_path / "asset"), cache_dir=str(tmp_path / "cache"))
   with pytest.raises(ValueError, match="feature"):
     export.export_hf(cfg, params, str(tmp_path / "hf"))
+
+
+# ------------------------------------------------------------ EAGLE-3 style multi-layer features
+
+ML_LAYERS = (0, 1, 2)  # every layer of the 3-layer tiny target: early, middle, late
+
+
+def _ml_draft(key=1, std=0.3):
+  """A 2-block draft over the target's 3 layers; fc_layers perturbed so that the early and
+  middle layers matter (its initialisation reads the last layer only)."""
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=2,
+                                    key=jax.random.PRNGKey(key), init_std=std,
+                                    feature_layers=ML_LAYERS)
+  params["layers"] = TARGET.params["layers"][:2]
+  d = TARGET.cfg.d_model
+  params["fc_layers"]["kernel"] = params["fc_layers"]["kernel"] + 0.5 * jax.random.normal(
+      jax.random.PRNGKey(key + 7), (3 * d, d))
+  return cfg, params
+
+
+def test_forward_hidden_collects_layer_outputs():
+  toks = jnp.asarray(np.random.default_rng(1).integers(0, TARGET.cfg.vocab_size, (2, 9)))
+  last, _, both = forward_hidden(TARGET.params, TARGET.cfg, toks, collect=(0, 2))
+  one, _ = forward_hidden(TARGET.params, TARGET.cfg, toks, n_layers=1)
+  np.testing.assert_array_equal(both[..., :32], one)
+  np.testing.assert_array_equal(both[..., 32:], last)
+  import pytest
+  with pytest.raises(ValueError, match="collect"):
+    forward_hidden(TARGET.params, TARGET.cfg, toks, n_layers=2, collect=(2,))
+
+
+@jax.jit
+def _ml_target_features(tokens):
+  return forward_hidden(TARGET.params, TARGET.cfg, _pad(tokens), collect=ML_LAYERS)[-1]
+
+
+def _ml_reference_drafts(draft_params, tokens, k):
+  """Cache-free: the target's 3-layer features of tokens[:-1], projected by fc_layers (what
+  the draft reads where target features exist), then k steps feeding back its own
+  predicted (last-layer) features -> k greedy drafts."""
+  from specjax.models.feature_draft import layer_rms
+  toks = jnp.asarray(tokens)[None]
+  n = toks.shape[1]
+  feats = _ml_target_features(toks[:, :-1])[:, :n - 1]  # [1, n-1, 3D]
+  feats = layer_rms(feats, TARGET.cfg.d_model) @ draft_params["fc_layers"]["kernel"]  # [1, n-1, D]
+  nxt = toks[:, 1:]
+  out = []
+  for _ in range(k):
+    f = _predict(draft_params, feats, nxt)[:, None]
+    d = jnp.argmax(head(draft_params, DRAFT_CFG, f)[0, 0])
+    out.append(int(d))
+    feats = jnp.concatenate([feats, f], 1)
+    nxt = jnp.concatenate([nxt, d[None, None].astype(nxt.dtype)], 1)
+  return out
+
+
+def test_multi_layer_engine_drafts_equal_cache_free_reference():
+  """The loop hands a multi-layer draft the target's layers 0, 1, 2 (prefill and every
+  verify pass) and its cached drafting equals the cache-free reference round by round."""
+  k = 3
+  cfg, params = _ml_draft()
+  drafter = FeatureDrafter.of(params, cfg)
+  assert drafter.feature_layers == ML_LAYERS
+  prompts = random_prompts(3, TARGET.cfg.vocab_size, lo=3, hi=9, seed=2)
+  prompt = np.zeros((3, 16), np.int32)
+  for b, p in enumerate(prompts):
+    prompt[b, :len(p)] = p
+  lens = np.array([len(p) for p in prompts], np.int32)
+  state = run(TARGET.params, Recorder(drafter, k=k), jnp.asarray(prompt), jnp.asarray(lens),
+              jnp.int32(24), jax.random.PRNGKey(0), target_cfg=TARGET.cfg,
+              sampling=SamplingParams(), k=k, eos_ids=(), max_len=128)
+  _, drafts_log, n_log, _ = jax.device_get(state.draft_state)
+  tokens = np.asarray(state.tokens)
+  gains, accepted = set(), int(np.asarray(state.accepted).sum())
+  for b in range(3):
+    rounds = int(state.rounds[b])
+    for r in range(rounds):
+      n = int(n_log[r, b])
+      assert drafts_log[r, b].tolist() == _ml_reference_drafts(params, tokens[b, :n], k), (b, r)
+      if r + 1 < rounds:
+        gains.add(int(n_log[r + 1, b]) - n)
+  assert len(gains) > 1 and accepted > 0, gains
+
+
+def test_multi_layer_draft_greedy_equals_target_alone():
+  import specjax
+  cfg, params = _ml_draft()
+  draft = types.SimpleNamespace(name="ml", cfg=cfg, params=params)
+  prompts = random_prompts(4, TARGET.cfg.vocab_size, lo=2, hi=12, seed=5)
+  alone = specjax.generate(TARGET, prompts, 20)
+  for k in (1, 4):
+    spec = specjax.generate(TARGET, prompts, 20, draft=draft, k=k)
+    assert spec.tokens == alone.tokens, k
+    assert spec.stats.acceptance_rate > 0
+
+
+def test_multi_layer_draft_sampling_is_exact():
+  """Chi-square of the first three sampled tokens against exact enumeration (the helpers and
+  negative control of tests/test_exact_sampling.py) for a draft over both target layers."""
+  import dataclasses as dc
+  import test_exact_sampling as ex
+  cfg, params = build_feature_draft(ex.TARGET.cfg, ex.TARGET.params, n_layers=1,
+                                    key=jax.random.PRNGKey(4), init_std=0.5, feature_layers=(0, 1))
+  params["fc_layers"]["kernel"] = 0.5 * jax.random.normal(jax.random.PRNGKey(8),
+                                                          params["fc_layers"]["kernel"].shape)
+  draft = dc.replace(ex.DRAFT, cfg=cfg, params=params)
+  sampling = SamplingParams(1.0)
+  fails, stat, df = ex.chi_square_fails(ex.sampled_joint(sampling, 2, draft=draft),
+                                        ex.exact_joint(sampling))
+  assert not fails, f"chi2={stat:.1f} with df={df}"
+
+
+def test_toy_three_layer_feature_distillation_raises_alpha(tmp_path):
+  """3-layer features (EAGLE-3 style) on a 3-layer toy target: losses fall, alpha rises,
+  fc_layers trains; the pool caches the 3-layer features under their own file name."""
+  sys.path.insert(0, ROOT)
+  from tests.test_training import _tiny_config, _toy
+  from specjax.training import read_metrics, train
+  c = _tiny_config(num_steps=60, **{"data.teacher": "topk"})
+  c.toy.n_layers = 3
+  c.draft.kind, c.draft.init_std, c.draft.feature_layers = "feature", 0.02, (0, 1, 2)
+  c.draft.feature_weight, c.draft.feature_noise, c.draft.unroll_steps = 1.0, 0.05, 2
+  c.eval.engine, c.eval.every = True, 60
+  t, tp, hp = _toy(c)
+  summary = train(c, str(tmp_path), t, tp, hp, progress=False)
+  rows = read_metrics(str(tmp_path))
+  loss = [r["distill_loss"] for r in rows if "distill_loss" in r]
+  evals = [r for r in rows if "alpha" in r]
+  assert np.mean(loss[-10:]) < 0.5 * np.mean(loss[:5])
+  assert evals[-1]["alpha"] >= evals[0]["alpha"] + 0.2, evals
+  params = summary["draft_params"]
+  assert params["feature_layers"].tolist() == [0, 1, 2]
+  _, init = build_feature_draft(t.cfg, t.params, n_layers=1, feature_layers=(0, 1, 2),
+                                key=jax.random.fold_in(jax.random.PRNGKey(c.seed), 2), init_std=0.02)
+  assert not np.allclose(params["fc_layers"]["kernel"], init["fc_layers"]["kernel"])
+  assert os.path.exists(tmp_path / "data" / "target_features_l0-1-2.npz")
+  assert not os.path.exists(tmp_path / "data" / "target_features.npz")
+
+
+def test_multi_layer_asset_roundtrip_and_bad_layers(tmp_path):
+  import pytest
+  from specjax.training import draft as draft_lib, export
+  cfg, params = _ml_draft()
+  export.save_asset(cfg, params, str(tmp_path / "asset"), target="tiny")
+  target = types.SimpleNamespace(params=TARGET.params, cfg=TARGET.cfg, tokenizer=None,
+                                 eos_ids=(), bos_id=None)
+  loaded = export.load_asset(str(tmp_path / "asset"), target=target)
+  assert loaded.params["feature_layers"].tolist() == list(ML_LAYERS)
+  np.testing.assert_allclose(loaded.params["fc_layers"]["kernel"], params["fc_layers"]["kernel"],
+                             atol=2e-3)
+  draft = lambda **kw: types.SimpleNamespace(get=lambda k, d=None: kw.get(k, d))
+  assert draft_lib.feature_layers(draft(feature_layers="last"), 3) is None
+  assert draft_lib.feature_layers(draft(feature_layers=(2,)), 3) is None
+  assert draft_lib.feature_layers(draft(feature_layers=(0, 1, 2)), 3) == (0, 1, 2)
+  assert draft_lib.feature_layers(draft(feature_layers=(-1,)), 3) is None
+  assert draft_lib.feature_layers(draft(feature_layers=(0, 1, -1)), 3) == (0, 1, 2)
+  for bad in ((0, 1), (2, 1, 2), (1, 1, 2), "first", ()):
+    with pytest.raises(ValueError, match="feature_layers"):
+      draft_lib.feature_layers(draft(feature_layers=bad), 3)

@@ -224,6 +224,12 @@ def test_missing_and_corrupt_checkpoints_are_clear_errors(tmp_path):
     train(c, str(work), t, tp, hp, progress=False)
   assert all(os.path.exists(p) for p in corrupted)  # nothing was deleted
   assert (work / "checkpoints" / "2").exists()
+  # A resumed run replaying an evaluated step offers it to the best manager again: kept as is.
+  best = Checkpointer(str(tmp_path / "best_twice"))
+  best.save_best(3, {"x": jnp.ones(2)}, 0.5)
+  best.save_best(3, {"x": jnp.zeros(2)}, 0.9)
+  assert best.best_step() == 3 and float(best.restore({"x": jnp.zeros(2)}, best=True)["x"][0]) == 1.0
+  best.close()
 
 
 # ------------------------------------------------------------------ export
@@ -339,3 +345,147 @@ def test_shipped_lm_draft_greedy_output_equals_target_alone():
   hv = np.asarray(draft.params["head_vocab"])
   np.testing.assert_allclose(np.asarray(full.logits(ids[0]))[:, hv],
                              np.asarray(draft.logits(ids[0]))[:, hv], atol=1e-3)
+
+
+# ------------------------------------------------------------------ the recipe knobs
+
+def _feature_step_inputs(c, rows=4, length=16):
+  """A toy feature draft, its frozen/trainable split and a batch whose rows share one mask
+  (so every micro-batch counts the same positions)."""
+  from specjax.training import draft as draft_lib, teacher
+  t = toy.toy_target(seed=c.seed, **c.toy)
+  cfg, params = draft_lib.init_draft(c, t)
+  trainable, frozen = draft_lib.split_params(params, draft_lib.trainable_keys(c.draft))
+  toks = np.random.default_rng(3).integers(1, t.cfg.vocab_size - 1, (rows, length)).astype(np.int32)
+  mask = np.zeros((rows, length), np.float32)
+  mask[:, 4:-1] = 1.0
+  pool = {"tokens": toks, "mask": mask}
+  feats = teacher.target_features(pool, t.params, t.cfg,
+                                  layers=draft_lib.feature_layers(c.draft, t.cfg.n_layers))
+  return t, cfg, trainable, frozen, dict(pool, features=feats.astype(np.float32))
+
+
+def _one_step(c, t, cfg, trainable, frozen, batch, **kw):
+  from specjax.training.step import TrainState, make_optimizer, make_train_step
+  tx, schedule = make_optimizer(c.optim, 10)
+  fn = make_train_step(cfg, t.cfg, tx, schedule, "fkl", 0.5, feature=True, feature_noise=0.0,
+                       unroll_steps=2, **kw)
+  state = TrainState(step=jnp.zeros((), jnp.int32), params=jax.tree.map(jnp.array, trainable),
+                     opt_state=tx.init(trainable), rng=jax.random.PRNGKey(0))
+  state, metrics = fn(state, frozen, t.params, {k: jnp.asarray(v) for k, v in batch.items()})
+  return state, jax.device_get(metrics)
+
+
+def test_gradient_accumulation_equals_the_full_batch():
+  """accum = 2 and 4 micro-batches give the full batch's loss, gradient norm and update;
+  a batch with different rows (same shape) gives a different update (the test can fail)."""
+  c = _tiny_config()
+  c.draft.kind = "feature"
+  t, cfg, trainable, frozen, batch = _feature_step_inputs(c)
+  ref, m1 = _one_step(c, t, cfg, trainable, frozen, batch)
+  for accum in (2, 4):
+    got, m = _one_step(c, t, cfg, trainable, frozen, batch, accum=accum)
+    for key in ("loss", "grad_norm", "train_top1_agree", "tokens", "distill_loss_s2"):
+      assert m[key] == pytest.approx(m1[key], rel=1e-4), (accum, key)
+    for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(ref.params)):
+      np.testing.assert_allclose(a, b, atol=1e-5)
+  other = dict(batch, tokens=batch["tokens"].copy())
+  other["tokens"][0, 6] = other["tokens"][0, 6] % 60 + 1
+  _, m_other = _one_step(c, t, cfg, trainable, frozen, other, accum=2)
+  assert abs(m_other["loss"] - m1["loss"]) > 1e-4
+
+
+def test_bfloat16_step_keeps_float32_masters_and_online_features_match_cached():
+  c = _tiny_config()
+  c.draft.kind, c.draft.feature_layers = "feature", "last"
+  t, cfg, trainable, frozen, batch = _feature_step_inputs(c)
+  ref, m32 = _one_step(c, t, cfg, trainable, frozen, batch)
+  got, m16 = _one_step(c, t, cfg, trainable, frozen, batch, precision="bfloat16")
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(got.params))
+  assert m16["loss"] == pytest.approx(m32["loss"], rel=3e-2) and m16["loss"] != m32["loss"]
+  # Without batch["features"] the step computes them from the target (data.features="online").
+  _, online = _one_step(c, t, cfg, trainable, frozen, {k: v for k, v in batch.items()
+                                                       if k != "features"})
+  assert online["loss"] == pytest.approx(m32["loss"], rel=1e-2)  # cached ones are float16
+  with pytest.raises(ValueError, match="precision"):
+    _one_step(c, t, cfg, trainable, frozen, batch, precision="fp8")
+
+
+def test_lr_schedules_and_bfloat16_accumulated_toy_run(tmp_path):
+  from specjax.training import read_metrics, train
+  from specjax.training.step import make_optimizer
+  optim = _tiny_config().optim
+  for kind in ("cosine", "linear", "constant"):
+    optim.schedule = kind
+    _, sched = make_optimizer(optim, 100)
+    assert float(sched(0)) == 0.0 and float(sched(5)) == pytest.approx(optim.lr)
+    end = float(sched(100))
+    assert end == pytest.approx(optim.lr if kind == "constant" else optim.lr * optim.end_lr_fraction,
+                                rel=1e-3), kind
+  optim.schedule = "step"
+  with pytest.raises(ValueError, match="schedule"):
+    make_optimizer(optim, 100)
+  c = _tiny_config(num_steps=40, precision="bfloat16", grad_accum=2)
+  t, tp, hp = _toy(c)
+  train(c, str(tmp_path), t, tp, hp, progress=False)
+  loss = [r["loss"] for r in read_metrics(str(tmp_path)) if "loss" in r]
+  assert np.mean(loss[-5:]) < 0.5 * np.mean(loss[:5])
+  bad = _tiny_config(batch_size=8, grad_accum=3)
+  with pytest.raises(ValueError, match="grad_accum"):
+    train(bad, str(tmp_path / "bad"), t, tp, hp, progress=False)
+
+
+def test_selection_split_and_generated_pairs(tmp_path, monkeypatch):
+  """eval.select = "train": the selection prompts leave the training pools (and generated
+  pairs with those prompts are dropped); selection runs on them, never on the held-out
+  prompts. Generated pairs (selfgen.load_pairs) join the pool, frozen at first use."""
+  from specjax.training import pools as pools_lib
+  c = _tiny_config(**{"data.greedy_pool": True})
+  c.eval.select, c.eval.select_prompts = "train", 6
+  c.data.generated_dir = str(tmp_path / "gen")
+  t, tp, hp = _toy(c)
+  split = pools_lib.selection_split(c, tp)["train"]
+  chosen = [tp[i] for i in split]
+  rng = np.random.default_rng(0)
+  fake = [{"prompt_ids": rng.integers(1, 60, 5).tolist(), "response_ids": rng.integers(1, 60, 9).tolist(),
+           "category": "chat"} for _ in range(5)]
+  fake.append({"prompt_ids": chosen[0], "response_ids": [3, 4, 5], "category": "chat"})
+  calls = []
+  monkeypatch.setattr(pools_lib, "_load_pairs", lambda d: calls.append(d) or list(fake))
+  work = str(tmp_path / "w")
+  _, _, pool = pools_lib.prepare_draft(c, work, t, tp, log=lambda *_: None)
+  n_set = 2 * (len(tp) - len(split))  # T = 1 and greedy rows of the kept prompts
+  assert pool["tokens"].shape[0] == n_set + 5 and calls == [c.data.generated_dir]
+  starts = {tuple(r[:3]) for r in pool["tokens"][:n_set]}
+  assert not starts & {tuple(p[:3]) for p in chosen}
+  gen = pool["tokens"][n_set:]
+  np.testing.assert_array_equal(gen[0, :14], fake[0]["prompt_ids"] + fake[0]["response_ids"])
+  assert pool["mask"][n_set, 4:13].all() and pool["mask"][n_set].sum() == 9
+  ev_pool, ev_prompts = pools_lib.eval_pool(c, work, t, tp, hp, log=lambda *_: None)
+  assert sorted(map(tuple, ev_prompts)) == sorted(map(tuple, chosen))
+  assert os.path.exists(os.path.join(work, "data", "select_pool.npz"))
+  assert not os.path.exists(os.path.join(work, "data", "heldout_pool.npz"))
+  # The generated pool is frozen: more pairs later do not change a run's data.
+  fake.extend(fake[:2])
+  _, _, again = pools_lib.prepare_draft(c, work, t, tp, log=lambda *_: None)
+  assert again["tokens"].shape == pool["tokens"].shape and len(calls) == 1
+  monkeypatch.setattr(pools_lib, "_load_pairs", lambda d: [])
+  with pytest.raises(ValueError, match="no usable pairs"):
+    pools_lib.prepare_draft(c, str(tmp_path / "w2"), t, tp, log=lambda *_: None)
+  c.eval.select_prompts = len(tp)
+  with pytest.raises(ValueError, match="select_prompts"):
+    pools_lib.selection_split(c, tp)
+
+
+def test_cached_features_of_another_config_are_a_clear_error(tmp_path):
+  from specjax.training.pools import prepare_draft
+  c = _tiny_config(**{"data.teacher": "topk"})
+  c.draft.kind = "feature"
+  t, tp, _ = _toy(c)
+  work = str(tmp_path)
+  prepare_draft(c, work, t, tp, log=lambda *_: None)
+  path = os.path.join(work, "data", "target_features.npz")
+  with np.load(path) as f:
+    np.savez(path, features=f["features"][:3])
+  with pytest.raises(ValueError, match="another config"):
+    prepare_draft(c, work, t, tp, log=lambda *_: None)

@@ -9,7 +9,9 @@ A drafter is a pytree (its weights are leaves, its hyper-parameters static) with
 
 `ctx` is a `DraftContext` with the target's params and cache and the token buffer.
 `hidden` is the target's last hidden state (before its final norm) from the prefill
-and from each verify pass; only feature drafts read it.
+and from each verify pass; only feature drafts read it. A drafter with a static
+`feature_layers` tuple gets those target layers' outputs concatenated instead
+([B, T, L*D], EAGLE-3 style).
 Invariant between rounds: row b holds n_tokens[b] final tokens and the target cache
 holds all but the last of them.
 """
@@ -23,6 +25,7 @@ import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
 from specjax.models import KVCache, ModelConfig, feature_forward, forward, head
+from specjax.models.feature_draft import feature_layers_of
 
 
 @runtime_checkable
@@ -178,6 +181,14 @@ class FeatureDrafter:
   params: Any
   cfg: ModelConfig = flax.struct.field(pytree_node=False)
   name: str = flax.struct.field(pytree_node=False, default="feature draft")
+  # Target layers whose outputs the loop hands over as `hidden` (concatenated, EAGLE-3
+  # style); None: the last layer only.
+  feature_layers: Optional[tuple] = flax.struct.field(pytree_node=False, default=None)
+
+  @classmethod
+  def of(cls, params, cfg: ModelConfig, name: str = "feature draft") -> "FeatureDrafter":
+    """The drafter of a feature draft's params (its feature layers read from them)."""
+    return cls(params=params, cfg=cfg, name=name, feature_layers=feature_layers_of(params))
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     del target_params

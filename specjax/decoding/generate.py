@@ -83,7 +83,7 @@ def resolve_drafter(draft: Any, target) -> Any:
         f"{draft.cfg.vocab_size} tokens but the target {getattr(target, 'name', '')!r} has "
         f"{target.cfg.vocab_size}. Speculative decoding needs a draft that shares the target's "
         "tokenizer; pick a draft from the same model family, or use 'ngram:3'.")
-  kind = drafters_lib.FeatureDrafter if is_feature_draft(draft.params) else drafters_lib.ModelDrafter
+  kind = drafters_lib.FeatureDrafter.of if is_feature_draft(draft.params) else drafters_lib.ModelDrafter
   return kind(params=draft.params, cfg=draft.cfg, name=getattr(draft, "name", "draft"))
 
 

@@ -23,6 +23,16 @@ from specjax.decoding.verify import verify_batch, verify_row
 from specjax.models import KVCache, ModelConfig, forward_hidden, head
 
 
+def _target_hidden(target_params, target_cfg, tokens, cache, drafter):
+  """A target pass -> (last hidden [B, T, D], cache, what the drafter reads: the last hidden,
+  or the concatenated outputs of its static `feature_layers` [B, T, L*D])."""
+  layers = getattr(drafter, "feature_layers", None)
+  if layers is None:
+    hidden, cache = forward_hidden(target_params, target_cfg, tokens, cache)
+    return hidden, cache, hidden
+  return forward_hidden(target_params, target_cfg, tokens, cache, collect=tuple(layers))
+
+
 @flax.struct.dataclass
 class LoopState:
   """Everything the while_loop carries.
@@ -75,7 +85,7 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
 
   # Prefill: the whole prompt bucket at once; the first new token comes from the target.
   cache = KVCache.init(target_cfg, b, max_len, target_params["embed"].dtype)
-  hidden, cache = forward_hidden(target_params, target_cfg, prompt, cache)  # [B, P, D]
+  hidden, cache, feats = _target_hidden(target_params, target_cfg, prompt, cache, drafter)  # [B, P, D]
   last = head(target_params, target_cfg, hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
@@ -84,7 +94,7 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
 
   state = LoopState(
       tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache.with_lengths(prompt_lens),
-      draft_state=drafter.init(target_params, prompt, prompt_lens, max_len, hidden), done=done,
+      draft_state=drafter.init(target_params, prompt, prompt_lens, max_len, feats), done=done,
       key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
       rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
@@ -98,8 +108,8 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
     drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
     last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
-    hidden, cache = forward_hidden(target_params, target_cfg, jnp.concatenate([last, drafts], 1),
-                                   cache)  # [B, k+1, D]
+    hidden, cache, feats = _target_hidden(target_params, target_cfg,
+                                          jnp.concatenate([last, drafts], 1), cache, drafter)  # [B, k+1, D]
     logits = head(target_params, target_cfg, hidden)
     p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
     n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
@@ -121,7 +131,7 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
     act = active[:, None].astype(jnp.int32)
     return LoopState(
         tokens=tokens, n_tokens=n_tokens, target_cache=cache.with_lengths(n_tokens - 1),
-        draft_state=drafter.commit(draft_state, n_tokens, hidden), done=s.done | (active & finished),
+        draft_state=drafter.commit(draft_state, n_tokens, feats), done=s.done | (active & finished),
         key=key, target_passes=s.target_passes + active,
         draft_passes=s.draft_passes + active * drafter.passes_per_round(k),
         rounds=s.rounds + active,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
   from specjax.loading.model import Model
 
 FC_TENSOR = "fc.weight"  # a feature draft's input projection (as EAGLE names it)
+FC_LAYERS_TENSOR = "fc_layers.weight"  # multi-layer features [L*D] -> D (EAGLE-3's fc)
 CACHE_ENV = "SPECJAX_CACHE"
 
 
@@ -49,6 +50,10 @@ def save_asset(cfg: ModelConfig, params: dict, out_dir: str, *, target: str, **m
     tensors[FC_TENSOR] = np.ascontiguousarray(np.asarray(params["fc"]["kernel"], np.float32).T
                                               ).astype(np.float16)
     meta = dict(meta, kind="feature")
+  if "fc_layers" in params:  # EAGLE-3 style: the target layers it reads, and their projection
+    tensors[FC_LAYERS_TENSOR] = np.ascontiguousarray(
+        np.asarray(params["fc_layers"]["kernel"], np.float32).T).astype(np.float16)
+    meta = dict(meta, feature_layers=[int(i) for i in np.asarray(params["feature_layers"])])
   save_file(tensors, os.path.join(out_dir, NATIVE), metadata={"format": "pt"})
   os.chmod(os.path.join(out_dir, NATIVE), 0o644)
   with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
@@ -95,6 +100,7 @@ def load_asset(asset_dir: str, target: Optional["Model"] = None,
   key = "transformer.wte.weight" if cfg.is_gpt2 else "model.embed_tokens.weight"
   tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
   fc = tensors.pop(FC_TENSOR, None)
+  fc_layers = tensors.pop(FC_LAYERS_TENSOR, None)
   tensors[key] = embed
   if cfg.is_gpt2:
     tensors["transformer.wpe.weight"] = np.asarray(target.params["pos_embed"], np.float32)
@@ -104,6 +110,12 @@ def load_asset(asset_dir: str, target: Optional["Model"] = None,
       raise LoadError(f"{asset_dir}: a feature draft asset without its {FC_TENSOR} tensor; "
                       "re-export it with scripts/export_hf.py.")
     params["fc"] = {"kernel": jnp.asarray(fc.T)}
+    if "feature_layers" in meta:
+      if fc_layers is None:
+        raise LoadError(f"{asset_dir}: a multi-layer feature draft asset without its "
+                        f"{FC_LAYERS_TENSOR} tensor; re-export it with scripts/export_hf.py.")
+      params["fc_layers"] = {"kernel": jnp.asarray(fc_layers.T)}
+      params["feature_layers"] = jnp.asarray(meta["feature_layers"], jnp.int32)
   if "head_vocab" in meta:
     params = with_head_kernel(cfg, dict(params, head_vocab=jnp.asarray(meta["head_vocab"],
                                                                       jnp.int32)))

@@ -14,6 +14,16 @@ with "embed", "final_norm" and the head shared with (and frozen as) the target's
 Both halves of the fc input are scaled to unit RMS first: the target's features are
 large (RMS ~30 for SmolLM2, a few dims ~300) and its embeddings small, and only a
 feature's direction matters to the head (its final norm is scale-free).
+
+EAGLE-3 style multi-layer features: a draft with
+
+    "feature_layers": [L] int32       # target layers read, ending with the last one
+    "fc_layers": {"kernel": [L*D, D]} # their concatenation (each unit RMS) -> one feature
+
+reads the concatenated outputs of L target layers (e.g. early, middle, late) where the
+target's features are known, [B, T, L*D]; its own predictions (of the last layer's
+next feature, [B, T, D]) are fed back as they are. Without them it reads the last
+layer only (L = 1).
 Drafting k tokens: one pass over the positions whose target features are known,
 then k - 1 passes that feed back the draft's own predicted features.
 """
@@ -40,15 +50,36 @@ def unit_rms(x: jax.Array, eps: float = 1e-6) -> jax.Array:
   return xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + eps)
 
 
+def layer_rms(x: jax.Array, d: int) -> jax.Array:
+  """Each D-wide slice of x [..., L*D] scaled to unit RMS (one layer's feature each)."""
+  return unit_rms(x.reshape(x.shape[:-1] + (x.shape[-1] // d, d))).reshape(x.shape)
+
+
+def feature_layers_of(params: dict) -> Optional[tuple]:
+  """The target layers a feature draft reads (a host tuple), or None for the last only."""
+  if "feature_layers" not in params:
+    return None
+  import numpy as np  # host read: params are concrete wherever a drafter is built
+  return tuple(int(i) for i in np.asarray(params["feature_layers"]))
+
+
 def _fc(params: dict, e: jax.Array, features: jax.Array) -> jax.Array:
-  """[unit_rms(embedding); unit_rms(feature)] @ fc: the blocks' input [B, T, D]."""
+  """[unit_rms(embedding); unit_rms(feature)] @ fc: the blocks' input [B, T, D].
+
+  features [B, T, L*D] with L > 1 (the target's, multi-layer) first go through fc_layers;
+  [B, T, D] ones (the last layer's, or the draft's own predictions) go in as they are."""
+  if features.shape[-1] != e.shape[-1]:
+    if "fc_layers" not in params:
+      raise ValueError(f"Features of width {features.shape[-1]} for a draft of width "
+                       f"{e.shape[-1]} without fc_layers (a multi-layer feature draft).")
+    features = layer_rms(features, e.shape[-1]).astype(e.dtype) @ params["fc_layers"]["kernel"]
   x = jnp.concatenate([unit_rms(e), unit_rms(features)], axis=-1).astype(e.dtype)
   return x @ params["fc"]["kernel"]
 
 
 def feature_forward(params: dict, cfg: ModelConfig, features: jax.Array, next_tokens: jax.Array,
                     cache: Optional[KVCache] = None):
-  """features [B, T, D] (f_j), next_tokens [B, T] (token j + 1) ->
+  """features [B, T, D] or [B, T, L*D] (f_j), next_tokens [B, T] (token j + 1) ->
   (predicted features f_{j+1} [B, T, D], cache advanced by T)."""
   positions = positions_for(cache, *next_tokens.shape)
   e = embed(params, cfg, next_tokens, positions)  # [B, T, D]
@@ -60,7 +91,8 @@ def feature_forward_unrolled(params: dict, cfg: ModelConfig, features: jax.Array
   """Cache-free training forward that also drafts from the draft's own features
   ("training-time test", as in EAGLE-3): what the draft sees at its s-th drafting step.
 
-  features [B, T, D] are the target's f_0..f_{T-1}, next_tokens [B, T] tokens 1..T.
+  features [B, T, D] (or [B, T, L*D]) are the target's f_0..f_{T-1}, next_tokens [B, T]
+  tokens 1..T.
   Stream 1 is `feature_forward`. Stream s > 1 at position i reads stream s-1's
   prediction at i - 1 (for f_i) and token i + 1, and attends to stream 1's entries at
   positions <= i - s + 1 and to stream r's entry at i - (s - r) for 1 < r <= s: exactly

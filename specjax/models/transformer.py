@@ -112,16 +112,19 @@ def positions_for(cache: Optional[KVCache], b: int, t: int) -> jax.Array:
 
 
 def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
-           cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
+           cache: Optional[KVCache] = None, n_layers: Optional[int] = None,
+           collect: Optional[tuple] = None):
   """The first `n_layers` blocks (all by default) over an embedded input x [B, T, D].
 
   Returns (hidden [B, T, D], cache) where the cache has advanced by T per row and
   holds updated entries for the layers that ran (the rest are returned untouched).
+  collect: layer indices whose outputs are also returned, concatenated in that order, as a
+  third value [B, T, len(collect) * D] (EAGLE-3 style multi-layer features).
   """
   n = cfg.n_layers if n_layers is None else n_layers
   t = x.shape[1]
   lengths = None if cache is None else cache.lengths
-  new_k, new_v = [], []
+  new_k, new_v, outs = [], [], {}
   for i in range(n):
     p = params["layers"][i]
     layer_kv = None if cache is None else (cache.k[i], cache.v[i])
@@ -132,20 +135,29 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
     if cache is not None:
       new_k.append(layer_kv[0])
       new_v.append(layer_kv[1])
+    outs[i] = x
   if cache is not None:
     cache = cache.replace(k=tuple(new_k) + cache.k[n:], v=tuple(new_v) + cache.v[n:],
                           lengths=cache.lengths + t)
+  if collect is not None:
+    missing = [i for i in collect if i not in outs]
+    if missing:
+      raise ValueError(f"Cannot collect layers {missing}: only layers 0..{n - 1} ran.")
+    return x, cache, jnp.concatenate([outs[i] for i in collect], axis=-1)
   return x, cache
 
 
 def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
-                   cache: Optional[KVCache] = None, n_layers: Optional[int] = None):
+                   cache: Optional[KVCache] = None, n_layers: Optional[int] = None,
+                   collect: Optional[tuple] = None):
   """Embeds tokens [B, T] and runs the first `n_layers` blocks; no final norm.
 
-  Returns (hidden [B, T, D], cache advanced by T), as `blocks`.
+  Returns (hidden [B, T, D], cache advanced by T), plus the collected layers' outputs
+  [B, T, len(collect) * D] when `collect` is given, as `blocks`.
   """
   positions = positions_for(cache, *tokens.shape)
-  return blocks(params, cfg, embed(params, cfg, tokens, positions), positions, cache, n_layers)
+  return blocks(params, cfg, embed(params, cfg, tokens, positions), positions, cache, n_layers,
+                collect)
 
 
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:

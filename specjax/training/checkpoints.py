@@ -81,7 +81,10 @@ class Checkpointer:
     self.latest.wait_until_finished()
 
   def save_best(self, step: int, state: Any, alpha: float) -> None:
-    """Offers a state with its held-out alpha; orbax keeps the best one."""
+    """Offers a state with its held-out alpha; orbax keeps the best one. A step offered
+    before (a resumed run replaying steps after its last checkpoint) is kept as it was."""
+    if step in self.best.all_steps():
+      return
     self.best.save(step, args=ocp.args.StandardSave(state), metrics={"alpha": float(alpha)},
                    force=True)
     self.best.wait_until_finished()

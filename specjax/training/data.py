@@ -8,6 +8,9 @@ A *pool* is a dict of numpy arrays built once per source (target or draft sample
     mask   [N, L] float32 1 where the next token is a sampled continuation token
     teacher_ids [N, L, K] int32, teacher_logp [N, L, K] float16   (optional: top-K
            teacher at every masked position; absent when the teacher runs online)
+    features [N, L, F] float16   (feature drafts: the target's features at every
+           position, `specjax.training.teacher.add_features`; F = D, or L_f x D for
+           several target layers)
 Pools are saved as .npz in the workdir so a resumed run reuses them exactly.
 
 Batch order is a pure function of (seed, step): `batch_indices` draws the step's
@@ -25,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.models import KVCache, ModelConfig, forward, forward_hidden
+from specjax.models import KVCache, ModelConfig, forward
 from specjax.sampling import SamplingParams, sample, warp
 from specjax.training.teacher import topk_logp
 
@@ -166,26 +169,6 @@ def add_teacher_topk(pool: dict, target_params, target_cfg: ModelConfig, top_k: 
     ids[start:start + batch_size] = np.where(m, i[:len(m)], 0)
     lp[start:start + batch_size] = np.where(m, l[:len(m)], 0)
   return dict(pool, teacher_ids=ids, teacher_logp=lp)
-
-
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _features(params, cfg: ModelConfig, tokens):
-  return forward_hidden(params, cfg, tokens)[0]
-
-
-def target_features(pool: dict, target_params, target_cfg: ModelConfig,
-                    batch_size: int = 8) -> np.ndarray:
-  """[N, L, D] float16: the target's last hidden state (before its final norm) at every
-  position of the pool's sequences, for feature drafts (one cache-free target pass)."""
-  n, seq_len = pool["tokens"].shape
-  out = np.zeros((n, seq_len, target_cfg.d_model), np.float16)
-  for start in range(0, n, batch_size):
-    toks = pool["tokens"][start:start + batch_size]
-    rows = toks.shape[0]
-    toks = np.pad(toks, ((0, batch_size - rows), (0, 0)))
-    out[start:start + rows] = np.asarray(
-        _features(target_params, target_cfg, jnp.asarray(toks)))[:rows].astype(np.float16)
-  return out
 
 
 def save_pool(path: str, pool: dict) -> None:

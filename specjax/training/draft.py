@@ -27,9 +27,37 @@ def is_feature(draft_config) -> bool:
   return draft_config.get("kind", "lm") == "feature"
 
 
+def feature_layers(draft_config, n_target_layers: int) -> Optional[tuple]:
+  """`config.draft.feature_layers` as a tuple of target layer indices, or None for the
+  last layer only ("last", None, (-1,) or just the last layer's index). Several layers
+  (EAGLE-3: early, middle, late; negative indices count from the end, so (2, 15, -1))
+  must be increasing and end with the target's last layer, whose next feature the draft
+  predicts."""
+  spec = draft_config.get("feature_layers", "last")
+  if spec is None or spec == "last":
+    return None
+  if isinstance(spec, str):
+    raise ValueError(f"draft.feature_layers must be 'last' or a tuple of target layer indices "
+                     f"such as (2, 15, 29), got {spec!r}.")
+  n = n_target_layers
+  layers = tuple(int(i) + n if int(i) < 0 else int(i) for i in spec)
+  if not layers or list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] != n - 1:
+    raise ValueError(f"draft.feature_layers={tuple(spec)!r}: give increasing target layer indices "
+                     f"that end with the last layer ({n - 1} or -1), e.g. (2, {n // 2}, {n - 1}); "
+                     "(-1,) or 'last' reads the last layer only.")
+  return None if len(layers) == 1 else layers
+
+
+def _multi_layer(draft_config) -> bool:
+  spec = draft_config.get("feature_layers", "last")
+  return not (spec is None or isinstance(spec, str)) and len(tuple(spec)) > 1
+
+
 def trainable_keys(draft_config) -> tuple:
   """The top-level param keys the trainer optimises for a `config.draft`."""
   keys = FEATURE_TRAINABLE_KEYS if is_feature(draft_config) else TRAINABLE_KEYS
+  if is_feature(draft_config) and _multi_layer(draft_config):
+    keys = keys + ("fc_layers",)
   return keys + (("embed",) if draft_config.get("train_embeddings", False) else ())
 
 
@@ -63,11 +91,14 @@ def build_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
 
 def build_feature_draft(target_cfg: ModelConfig, target_params: dict, *, n_layers: int,
                         key: jax.Array, head_vocab: Optional[Sequence[int]] = None,
-                        init_std: float = 0.02):
+                        init_std: float = 0.02, feature_layers: Optional[Sequence[int]] = None):
   """An EAGLE-style feature draft (`specjax.models.feature_draft`) for the target.
 
   Fresh N(0, init_std) blocks; "fc" starts as [N(0, init_std); identity] so the
   initial prediction of the next feature is the current one plus the blocks' output.
+  feature_layers (several target layers, the last one last): also "fc_layers" [L*D, D],
+  starting as [N(0, init_std) for the earlier layers; identity for the last], so at
+  initialisation the draft reads (nearly) the last layer, like a one-layer draft.
   Shares the target's embeddings, final norm and head. Returns (cfg, params).
   """
   cfg = dataclasses.replace(target_cfg, n_layers=n_layers)
@@ -78,7 +109,25 @@ def build_feature_draft(target_cfg: ModelConfig, target_params: dict, *, n_layer
   fc = jnp.concatenate([init_std * jax.random.normal(k_fc, (d, d)), jnp.eye(d)], 0).astype(dtype)
   params = {"layers": fresh["layers"], "fc": {"kernel": fc}, "embed": target_params["embed"],
             "final_norm": target_params["final_norm"]}
+  if feature_layers is not None and len(feature_layers) > 1:
+    n = len(feature_layers)
+    early = init_std * jax.random.normal(jax.random.fold_in(key, 3), ((n - 1) * d, d))
+    params["fc_layers"] = {"kernel": jnp.concatenate([early, jnp.eye(d)], 0).astype(dtype)}
+    params["feature_layers"] = jnp.asarray(feature_layers, jnp.int32)
   return cfg, _share_target(params, cfg, target_params, head_vocab)
+
+
+def init_draft(config, target, head_vocab=None):
+  """The configured draft at initialisation (before any training) -> (cfg, params)."""
+  key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 2)
+  if is_feature(config.draft):
+    return build_feature_draft(
+        target.cfg, target.params, n_layers=config.draft.n_layers, key=key, head_vocab=head_vocab,
+        init_std=config.draft.get("init_std", 0.02),
+        feature_layers=feature_layers(config.draft, target.cfg.n_layers))
+  return build_draft(target.cfg, target.params, n_layers=config.draft.n_layers,
+                     init=config.draft.init, key=key, head_vocab=head_vocab,
+                     init_std=config.draft.get("init_std", 0.02))
 
 
 def _share_target(params: dict, cfg: ModelConfig, target_params: dict, head_vocab) -> dict:

@@ -15,13 +15,19 @@ stored for the whole vocabulary:
           sampled sequences (computed while the target generates them, or by one
           target pass over draft-generated ones), and densified on the support at
           train time, the remaining mass spread uniformly over the other ids.
+
+A feature (EAGLE-style) draft's teacher is the target's head on the target's own
+features; `add_features` computes those features for a pool (the last layer, or the
+concatenation of several layers [N, L, L_f * D]) once and caches them.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax.models import ModelConfig
 from specjax.models.transformer import forward, forward_hidden, norm
@@ -109,3 +115,48 @@ def teacher_logp_on_support(batch: dict, support: jax.Array, vocab_size: int,
   if target is None:
     raise ValueError("The batch carries no stored teacher and no target was given for the online teacher.")
   return online_teacher_logp(target[0], target[1], batch["tokens"], support)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "layers"))
+def _features(params, cfg: ModelConfig, tokens, *, layers=None):
+  out = forward_hidden(params, cfg, tokens, collect=layers)
+  return out[-1] if layers else out[0]
+
+
+def target_features(pool: dict, target_params, target_cfg: ModelConfig, batch_size: int = 8,
+                    layers: Optional[tuple] = None) -> np.ndarray:
+  """[N, L, F] float16: the target's last hidden state (before its final norm; F = D) at
+  every position of the pool's sequences, or with `layers` the concatenation of those
+  layers' outputs (F = len(layers) x D), for feature drafts (one cache-free target pass)."""
+  n, seq_len = pool["tokens"].shape
+  width = target_cfg.d_model * (len(layers) if layers else 1)
+  out = np.zeros((n, seq_len, width), np.float16)
+  for start in range(0, n, batch_size):
+    toks = pool["tokens"][start:start + batch_size]
+    rows = toks.shape[0]
+    toks = np.pad(toks, ((0, batch_size - rows), (0, 0)))
+    out[start:start + rows] = np.asarray(_features(
+        target_params, target_cfg, jnp.asarray(toks), layers=layers))[:rows].astype(np.float16)
+  return out
+
+
+def features_file(stem: str, layers: Optional[tuple]) -> str:
+  """Cache file stem of a pool's features: `stem` for the last layer, stem_l2-15-29 for layers."""
+  return stem if not layers else f"{stem}_l{'-'.join(map(str, layers))}"
+
+
+def add_features(pool: dict, target, path: Optional[str], log, layers: Optional[tuple] = None) -> None:
+  """pool["features"]: the target's features of the pool's sequences, cached at `path`.
+  A cache of another shape (written for another pool or other layers) is a ValueError."""
+  from specjax.training.data import cached_pool  # data imports this module
+
+  def make():
+    log(f"Target features of {pool['tokens'].shape[0]} sequences ...")
+    return {"features": target_features(pool, target.params, target.cfg, layers=layers)}
+  feats = cached_pool(path, make)["features"]
+  want = pool["tokens"].shape + (target.cfg.d_model * (len(layers) if layers else 1),)
+  if feats.shape != want:
+    raise ValueError(f"Cached features {path} have shape {feats.shape} but this config's pool "
+                     f"needs {want}: the cache was written by another config. Delete it (or use a "
+                     "fresh --workdir) to recompute it.")
+  pool["features"] = feats

@@ -1,0 +1,79 @@
+"""The 1-layer vs 3-layer table from the two comparison workdirs' metrics.
+
+    python experiments/distill_smollm2/compare/table.py --w=/tmp/e3 \
+        --out=experiments/distill_smollm2/compare
+
+Copies each run's metrics.jsonl and config.json to OUT/l{1,3}/ and writes OUT/results.md:
+per evaluation step, alpha and tokens per pass of the real engine (greedy, k = eval.k) on
+the selection prompts, teacher-forced agreement there, and the mean of the last 5 logged
+training losses before it; and the mean wall time of a training step.
+"""
+import json
+import os
+import shutil
+
+from absl import app, flags
+
+flags.DEFINE_string("w", "/tmp/e3", "The comparison's root (workdirs l1/ and l3/).")
+flags.DEFINE_string("out", None, "Where results.md and the copied metrics go.")
+flags.mark_flags_as_required(["out"])
+FLAGS = flags.FLAGS
+
+
+def rows(workdir):
+  out = {}
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+    for line in f:
+      if line.strip():
+        r = json.loads(line)
+        out.setdefault(r["step"], {}).update(r)
+  return [out[s] for s in sorted(out)]
+
+
+def main(argv):
+  del argv
+  table, step_s = {}, {}
+  for n in (1, 3):
+    work = os.path.join(FLAGS.w, f"l{n}")
+    dst = os.path.join(FLAGS.out, f"l{n}")
+    os.makedirs(dst, exist_ok=True)
+    for name in ("metrics.jsonl", "config.json"):
+      if os.path.exists(os.path.join(work, name)):
+        shutil.copy(os.path.join(work, name), os.path.join(dst, name))
+    rs = rows(work)
+    with open(os.path.join(work, "config.json"), encoding="utf-8") as fh:
+      log_every = json.load(fh)["log_every"]
+    losses, times, prev_t = [], [], None
+    for r in rs:
+      if "loss" in r:
+        losses.append(r["loss"])
+        if prev_t is not None and "alpha" not in r:
+          times.append(r["time"] - prev_t)
+        prev_t = r["time"]
+      if "alpha" in r:
+        table.setdefault(r["step"], {})[n] = dict(
+            alpha=r["alpha"], tpp=r["tokens_per_pass"], agree=r["heldout_top1_agree"],
+            loss=sum(losses[-5:]) / len(losses[-5:]) if losses else float("nan"))
+        prev_t = None  # the evaluation's time is not a training step's
+    if times:
+      step_s[n] = sum(times) / len(times) / log_every
+  lines = ["Seconds per training step (wall time between logged steps, evaluations excluded; "
+           "both runs side by side on one shared CPU): " + ", ".join(
+               f"{n}-layer {v:.1f}" for n, v in sorted(step_s.items())), "",
+           "| step | alpha 1-layer | alpha 3-layer | tokens/pass 1-layer | tokens/pass 3-layer | "
+           "agreement 1-layer | agreement 3-layer | loss 1-layer | loss 3-layer |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  f = lambda d, n, k, fmt: format(d[n][k], fmt) if n in d else "-"
+  for step in sorted(table):
+    d = table[step]
+    lines.append(f"| {step} | {f(d, 1, 'alpha', '.3f')} | {f(d, 3, 'alpha', '.3f')} | "
+                 f"{f(d, 1, 'tpp', '.2f')} | {f(d, 3, 'tpp', '.2f')} | {f(d, 1, 'agree', '.3f')} | "
+                 f"{f(d, 3, 'agree', '.3f')} | {f(d, 1, 'loss', '.3f')} | {f(d, 3, 'loss', '.3f')} |")
+  text = "\n".join(lines) + "\n"
+  with open(os.path.join(FLAGS.out, "results.md"), "w", encoding="utf-8") as fh:
+    fh.write(text)
+  print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)
