@@ -20,8 +20,10 @@ def setup_target(config):
   from specjax.loading import load_model
   target = load_model(config.target)
   sets = tuple(p.get("train_sets", ("train",)))
-  if "heldout" in sets:
-    raise ValueError("config.prompts.train_sets must not name the held-out split.")
+  for held_out in ("heldout", "eval"):
+    if held_out in sets:
+      raise ValueError(f"config.prompts.train_sets must not name the {held_out!r} split: it is "
+                       "kept out of training; name training splits only (e.g. 'train,train_extra').")
   rows_train = {s: data_lib.load_prompts(s) for s in sets}
   rows_held = data_lib.load_prompts("heldout")
   if p.num_train:
