@@ -145,6 +145,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
         f"{target.cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
   bucket = prompt_bucket(longest)
   max_len = _round_up(max(bucket, longest + max_new_tokens + k + 2), 128)
+  if target.cfg.sliding_window:  # the cache must fit the window (where it is a no-op)
+    max_len = min(max_len, target.cfg.sliding_window)
+    target.cfg.check_window(max(bucket, longest + max_new_tokens + k + 2))
 
   prompt = np.zeros((len(prompt_ids), bucket), np.int32)
   for b, ids in enumerate(prompt_ids):
