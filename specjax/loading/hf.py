@@ -177,6 +177,76 @@ def read_safetensors(files: list[str], source: str) -> dict[str, np.ndarray]:
   return tensors
 
 
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+class TensorView:
+  """A lazy view of one safetensors tensor, transposed and/or windowed.
+
+  Supports what the weight mapping needs (`.shape`, `.dtype`, `.T`, basic slices) and
+  reads only the selected region when indexed with `np.asarray(view[index])`, so
+  `specjax.models.sharding.place` hands each device its own slice straight from the file.
+  """
+
+  def __init__(self, handle, name: str, base_shape, dtype, perm=None, window=None):
+    self._h, self._name, self._dtype = handle, name, dtype
+    self._perm = tuple(perm) if perm is not None else tuple(range(len(base_shape)))
+    self._window = tuple(window) if window is not None else tuple((0, n) for n in base_shape)
+
+  @property
+  def shape(self) -> tuple:
+    return tuple(self._window[a][1] - self._window[a][0] for a in self._perm)
+
+  @property
+  def ndim(self) -> int:
+    return len(self._perm)
+
+  @property
+  def dtype(self):
+    return self._dtype
+
+  @property
+  def T(self) -> "TensorView":
+    return TensorView(self._h, self._name, (), self._dtype, self._perm[::-1], self._window)
+
+  def __getitem__(self, key) -> "TensorView":
+    key = key if isinstance(key, tuple) else (key,)
+    window = list(self._window)
+    for axis, k in enumerate(key):
+      if not isinstance(k, slice) or k.step not in (None, 1):
+        raise TypeError(f"TensorView supports contiguous slices only, got {k!r}.")
+      base = self._perm[axis]
+      lo, hi = window[base]
+      start, stop, _ = k.indices(hi - lo)
+      window[base] = (lo + start, lo + max(start, stop))
+    return TensorView(self._h, self._name, (), self._dtype, self._perm, window)
+
+  def __array__(self, dtype=None, copy=None):
+    x = self._h.get_slice(self._name)[tuple(slice(lo, hi) for lo, hi in self._window)]
+    x = np.transpose(np.asarray(x), self._perm)
+    return x if dtype is None else x.astype(dtype)
+
+
+def open_safetensors(files: list[str], source: str) -> dict[str, TensorView]:
+  """Lazy views of every tensor of the given files (nothing is read until indexed)."""
+  from safetensors import safe_open  # local: keeps `import specjax` light
+  import ml_dtypes
+  views = {}
+  for path in files:
+    try:
+      handle = safe_open(path, framework="numpy")
+      for name in handle.keys():
+        sl = handle.get_slice(name)
+        kind = sl.get_dtype()
+        dtype = ml_dtypes.bfloat16 if kind == "BF16" else _ST_DTYPES[kind]
+        views[name] = TensorView(handle, name, tuple(sl.get_shape()), np.dtype(dtype))
+    except Exception as e:  # safetensors raises its own error types and OSError
+      raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({type(e).__name__}: {e}); "
+                      "the file is corrupt or truncated - re-download or re-save it.") from None
+  return views
+
+
 def _strip_prefixes(tensors: dict) -> dict:
   """Drops the `transformer.` / `model.` wrappers so names start at the block level."""
   out = {}
@@ -280,13 +350,16 @@ def check_shapes(params: dict, cfg: ModelConfig, source: str) -> None:
                     f"(name: (found, expected)) {bad}; the checkpoint is inconsistent.")
 
 
-def load_hf_dir(directory: str, source: str) -> tuple[ModelConfig, dict, dict]:
-  """(cfg, numpy params, config.json dict) of a local Hugging Face model directory."""
+def load_hf_dir(directory: str, source: str, lazy: bool = False) -> tuple[ModelConfig, dict, dict]:
+  """(cfg, numpy params, config.json dict) of a local Hugging Face model directory.
+
+  lazy: the params are `TensorView`s into the files (for placement shard by shard)."""
   path = os.path.join(directory, "config.json")
   if not os.path.isfile(path):
     raise LoadError(f"{source}: no config.json in {directory}; expected a Hugging Face model "
                     "directory (config.json + *.safetensors) or a .gguf file.")
   hf = read_json(path, source)
   cfg = config_from_hf(hf, source)
-  tensors = read_safetensors(weight_files(directory, source), source)
+  files = weight_files(directory, source)
+  tensors = open_safetensors(files, source) if lazy else read_safetensors(files, source)
   return cfg, params_from_hf(tensors, cfg, source), hf
