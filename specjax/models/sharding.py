@@ -114,7 +114,7 @@ def logical_axes(path: str, ndim: int) -> tuple:
 
 
 def _path_str(path) -> str:
-  return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+  return "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
 
 
 def spec_for(axes: tuple) -> P:

@@ -327,7 +327,8 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
     raise ValueError(f"data.source must be 'target', 'draft' or 'mix', got {d.source!r}.")
   if d.teacher not in ("online", "topk"):
     raise ValueError(f"data.teacher must be 'online' or 'topk', got {d.teacher!r}.")
-  mesh = sharding_lib.make_mesh()
+  mesh = sharding_lib.make_mesh(config.get("mesh"))  # "" = data parallel; "2,4" = data x model
+  sharding_lib.check_mesh(target.cfg, mesh, target.name)
   draft_cfg, draft_params, target_pool = prepare_draft(config, workdir, target, train_prompts, log)
   trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
   feature = draft_lib.is_feature(config.draft)
@@ -340,12 +341,12 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
     _add_features(heldout_pool, target, _pool_path(workdir, "heldout_features"), log)
 
   tx, schedule = make_optimizer(config.optim, config.num_steps)
-  trainable = sharding_lib.replicate(trainable, mesh)
-  frozen = sharding_lib.replicate(frozen, mesh)
-  target_params = sharding_lib.replicate(target.params, mesh) if d.teacher == "online" else None
+  trainable = sharding_lib.place(trainable, mesh)
+  frozen = sharding_lib.place(frozen, mesh)
+  target_params = sharding_lib.place(target.params, mesh) if d.teacher == "online" else None
   state = TrainState(step=jnp.zeros((), jnp.int32), params=trainable,
                      opt_state=tx.init(trainable), rng=jax.random.PRNGKey(config.seed))
-  state = sharding_lib.replicate(state, mesh)
+  state = sharding_lib.place(state, mesh)  # opt state FSDP over "data"
   ckpt = Checkpointer(workdir, max_to_keep=config.keep_checkpoints)
   start = 0
   if ckpt.latest_step() is not None:
