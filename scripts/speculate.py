@@ -1,6 +1,7 @@
 """Speculative decoding card: one prompt, target vs target+draft, measured side by side.
 
     python scripts/speculate.py [--config=configs/speculate.py] [--config.k=6] [--json_out=card.json]
+    python scripts/speculate.py --config.mesh=1,8 --config.dtype=bfloat16 [--distributed]
 """
 import json
 import os
@@ -16,12 +17,17 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "configs", "speculate.py"),
     "Card config.", lock_config=True)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JSON here.")
+_DISTRIBUTED = flags.DEFINE_bool("distributed", False,
+                                 "Call jax.distributed.initialize() first (multi-host).")
 
 
 def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:  # the card, warnings and errors only
     logging.set_verbosity(logging.WARNING)
+  if _DISTRIBUTED.value:
+    import jax
+    jax.distributed.initialize()
   try:
     result = card.run_card(_CONFIG.value)
   except ValueError as e:  # LoadError and bad settings: say what is wrong, no traceback

@@ -222,3 +222,41 @@ def test_sharded_distillation_matches_one_device_and_restores_onto_another_mesh(
   assert out["specs"]["moment_q"] == ["data", "model"]
   assert out["specs"]["embed"] == ["model"] or out["specs"]["embed"] == ["model", None]
   assert "does not divide the attention heads (4), kv heads (4)" in out["error"]
+
+
+# ------------------------------------------------------------------------------ bfloat16
+
+def test_bfloat16_params_and_caches_float32_logits(tmp_path):
+  """dtype="bfloat16" at load: params and the loop's KV caches in bf16, logits and
+  sampling in float32; greedy speculative output equals the bf16 target alone here."""
+  import jax.numpy as jnp
+  import specjax
+  from specjax.decoding.drafters import NgramDrafter
+  from specjax.decoding.loop import run
+  from specjax.sampling import SamplingParams
+  export_hf(TARGET, jax.device_get(init_params(TARGET, jax.random.PRNGKey(1), std=0.3)),
+            str(tmp_path / "t"))
+  model = specjax.load_model(str(tmp_path / "t"), dtype="bfloat16")
+  assert {x.dtype for x in jax.tree.leaves(model.params)} == {jnp.dtype(jnp.bfloat16)}
+  assert model.logits([[1, 2, 3]]).dtype == jnp.float32
+  prompt = jnp.zeros((2, 16), jnp.int32)
+  state = jax.eval_shape(lambda p: run(
+      p, NgramDrafter(n=2), prompt, jnp.array([3, 5]), jnp.int32(4), jax.random.PRNGKey(0),
+      target_cfg=model.cfg, sampling=SamplingParams(), k=2, eos_ids=(), max_len=128),
+      model.params)
+  assert state.target_cache.k[0].dtype == jnp.bfloat16
+  prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 1, 2, 3]]
+  alone = specjax.generate(model, prompts, max_new_tokens=8, eos_ids=())
+  spec = specjax.generate(model, prompts, max_new_tokens=8, draft="ngram:2", k=3, eos_ids=())
+  assert spec.tokens == alone.tokens
+
+
+def test_scripts_reject_a_malformed_mesh_in_one_line(tmp_path):
+  for cmd in (["scripts/speculate.py", "--config.mesh=2x4"],
+              ["scripts/distill.py", "--config=configs/distill_tiny.py",
+               f"--workdir={tmp_path}", "--config.mesh=data=2,modle=4"]):
+    proc = subprocess.run([sys.executable] + cmd, capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: Bad mesh") and "Traceback" not in proc.stderr, cmd

@@ -8,7 +8,7 @@ from specjax.errors import LoadError
 from specjax.loading import load_model
 
 
-def load_draft(source: str, fallback: str = "", target=None):
+def load_draft(source: str, fallback: str = "", target=None, **load_kw):
   """(label, draft): a loaded model, a drafter spec ("ngram:3"), or None for no draft.
 
   When `source` cannot be loaded here and `fallback` is set, the fallback is used.
@@ -19,18 +19,25 @@ def load_draft(source: str, fallback: str = "", target=None):
   if ":" in source:
     return source, source
   try:
-    return source, load_model(source, target=target)
+    return source, load_model(source, target=target, **load_kw)
   except LoadError as e:
     if not fallback:
       raise
     logging.warning("Draft %r unavailable (%s); using %r instead.", source, e, fallback)
-    return load_draft(fallback, target=target)
+    return load_draft(fallback, target=target, **load_kw)
 
 
 def run_card(config) -> dict:
-  """Loads, runs both decoders with identical settings, returns the card's fields."""
-  target = load_model(config.target)
-  draft_label, draft = load_draft(config.draft, config.fallback_draft, target)
+  """Loads, runs both decoders with identical settings, returns the card's fields.
+
+  config.mesh ("" = one device, else e.g. "1,8" or "data=2,model=4") and config.dtype
+  place target and draft on a ("data", "model") mesh (`specjax.models.sharding`)."""
+  from specjax.models.sharding import make_mesh
+  mesh = make_mesh(config.mesh) if config.get("mesh") else None
+  dtype = config.get("dtype", "float32")
+  target = load_model(config.target, mesh=mesh, dtype=dtype)
+  draft_label, draft = load_draft(config.draft, config.fallback_draft, target, mesh=mesh,
+                                  dtype=dtype)
   prompt = target.encode(config.prompt, chat=config.chat)
   common = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                 top_k=config.top_k, top_p=config.top_p, seed=config.seed)
