@@ -238,3 +238,21 @@ def test_gguf_unknown_rope_scaling_is_a_clear_error(family_dirs, monkeypatch, tm
   write_gguf(family_dirs["qwen2_5"], path, "qwen2")
   with pytest.raises(LoadError, match="rope scaling 'yarn' is not supported"):
     load_model(path)
+
+
+def test_transformers4_style_llama31_config_json():
+  """Llama-3.1's config.json as published (transformers 4: `rope_scaling` + `rope_theta`)."""
+  from specjax.loading.hf import config_from_hf
+  hf = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "tie_word_embeddings": False,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+  cfg = config_from_hf(hf, "llama-3.1-8b")
+  assert (cfg.rope_type, cfg.rope_factor, cfg.rope_theta, cfg.rope_original_max_positions,
+          cfg.head_dim, cfg.max_positions) == ("llama3", 8.0, 5e5, 8192, 128, 131072)
+  inv = cfg.rope_inv_freq()
+  base = 1.0 / (5e5 ** (np.arange(0, 128, 2) / 128))
+  assert np.allclose(inv[:10], base[:10], rtol=1e-5)  # short wavelengths kept
+  assert np.allclose(inv[-10:], base[-10:] / 8.0, rtol=1e-5)  # long ones divided by 8
