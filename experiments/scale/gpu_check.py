@@ -8,6 +8,8 @@ heads of 64, MLP 8192, tied head, `llama3` RoPE scaling factor 32) with N(0, 0.0
 so nothing is downloaded. Prints and writes per run: tokens/s (compile excluded, best of 2),
 tokens per target pass, whether greedy output equals the target alone in bf16, the verify
 pass cost c(k+1)/c(1) for k = 1..8 (`specjax.bench.costs`), and peak device memory.
+With random weights the acceptance figures say nothing about real drafts; tokens/s, pass
+costs, memory and the bf16 identity check are what this measures.
 """
 import argparse
 import dataclasses
@@ -74,10 +76,11 @@ def main():
     rows = prompts[:batch]
     alone = None
     for draft in (None, "early_exit:4", "ngram:3"):
-      best = None
+      best, compile_s = None, 0.0
       for _ in range(2):
         out = specjax.generate(target, rows, max_new_tokens=args.max_new_tokens, draft=draft,
                                k=4, eos_ids=())
+        compile_s = max(compile_s, out.stats.compile_time_s)  # the first call compiles
         if best is None or out.stats.wall_time_s < best.stats.wall_time_s:
           best = out
       s = best.stats.to_dict()
@@ -85,7 +88,7 @@ def main():
         alone = best
       rec = {"batch": batch, "draft": draft or "none", "k": 0 if draft is None else 4,
              "tokens_per_s": s["tokens_per_s"], "tokens_per_pass": s["tokens_per_pass"],
-             "acceptance_rate": s["acceptance_rate"], "compile_s": s["compile_time_s"],
+             "acceptance_rate": s["acceptance_rate"], "compile_s": compile_s,
              "identical_to_target_bf16": best.tokens == alone.tokens,
              "speedup": s["tokens_per_s"] / alone.stats.to_dict()["tokens_per_s"],
              "peak_gib": peak_gib()}
