@@ -7,7 +7,7 @@ Config: Llama-3.2-1B's shape (vocabulary 128,256, width 2048, 16 layers, 32 quer
 heads of 64, MLP 8192, tied head, `llama3` RoPE scaling factor 32) with N(0, 0.02) weights,
 so nothing is downloaded. Prints and writes per run: tokens/s (compile excluded, best of 2),
 tokens per target pass, whether greedy output equals the target alone in bf16, the verify
-pass cost c(k+1)/c(1) for k = 1..8 (`specjax.bench.costs`), and peak device memory.
+pass cost c(k+1)/c(1) for k = 1, 2, 4, 8 (`specjax.bench.costs`), and peak device memory.
 With random weights the acceptance figures say nothing about real drafts; tokens/s, pass
 costs, memory and the bf16 identity check are what this measures.
 """
