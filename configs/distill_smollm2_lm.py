@@ -22,6 +22,7 @@ import ml_collections
 def get_config():
   c = ml_collections.ConfigDict()
   c.seed = 0
+  c.mesh = ""  # "" = all devices data parallel; "2,4" / "data=2,model=4": data x model
   c.target = "smollm2-135m"
   c.prompts = ml_collections.ConfigDict(dict(num_train=0, num_heldout=0, max_prompt_len=0, chat=True))
   c.draft = ml_collections.ConfigDict(dict(n_layers=2, init="target", init_std=0.02,

@@ -12,6 +12,7 @@ import ml_collections
 def get_config():
   c = ml_collections.ConfigDict()
   c.seed = 0
+  c.mesh = ""  # "" = all devices data parallel; "2,4" / "data=2,model=4": data x model
   c.target = "toy"  # "toy" or a load_model source such as "smollm2-135m"
   c.toy = ml_collections.ConfigDict(dict(vocab_size=64, d_model=32, n_layers=1, std=0.5))
   c.prompts = ml_collections.ConfigDict(dict(num_train=64, num_heldout=8, max_prompt_len=0, chat=True))

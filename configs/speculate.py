@@ -3,6 +3,7 @@
     python scripts/speculate.py
     python scripts/speculate.py --config.draft=ngram:3 --config.k=6 --config.max_new_tokens=96
     python scripts/speculate.py --json_out=/tmp/card.json
+    python scripts/speculate.py --config.mesh=1,8 --config.dtype=bfloat16   # 8 accelerators
 """
 import ml_collections
 
@@ -29,4 +30,6 @@ def get_config():
   c.repeats = 3  # timed runs of each decoder; the fastest counts
   c.check_target = True  # run the target alone: identity check and speedup
   c.explain = True  # time one verify pass, one step and one proposal: the card says why
+  c.mesh = ""  # "" = one device; "1,8" or "data=2,model=4": a (data, model) device mesh
+  c.dtype = "float32"  # or "bfloat16" (params and caches; logits and sampling stay float32)
   return c

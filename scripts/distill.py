@@ -2,6 +2,7 @@
 
     python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2
     python scripts/distill.py --config=configs/distill_tiny.py --workdir=/tmp/t --config.num_steps=20
+    python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/d --config.mesh=2,4
 
 Rerunning the same command on the same workdir resumes from the newest checkpoint;
 --stop_at=N ends a call after step N (train in chunks).
@@ -55,6 +56,11 @@ def main(argv):
   from specjax.training.setup import setup_target
   from specjax.training.train import train
   config, workdir = FLAGS.config, FLAGS.workdir
+  from specjax.training.sharding import make_mesh
+  try:
+    make_mesh(config.get("mesh"))  # a malformed --config.mesh= is one clear line, before any work
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
   if jax.process_index() == 0:
     save_config(config, workdir)
   target, train_prompts, heldout_prompts = setup_target(config)

@@ -1,6 +1,7 @@
 """Speculative decoding card: one prompt, target vs target+draft, measured side by side.
 
     python scripts/speculate.py [--config=configs/speculate.py] [--config.k=6] [--json_out=card.json]
+    python scripts/speculate.py --config.mesh=1,8 --config.dtype=bfloat16 [--distributed]
 """
 import json
 import os
@@ -13,12 +14,17 @@ from config_cli import define_config
 _CONFIG = define_config("configs/speculate.py", "Card config.")
 from specjax.bench import card  # noqa: E402  (after the config check: a bad flag fails fast)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JSON here.")
+_DISTRIBUTED = flags.DEFINE_bool("distributed", False,
+                                 "Call jax.distributed.initialize() first (multi-host).")
 
 
 def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:  # the card, warnings and errors only
     logging.set_verbosity(logging.WARNING)
+  if _DISTRIBUTED.value:
+    import jax
+    jax.distributed.initialize()
   try:
     result = card.run_card(_CONFIG.value)
   except ValueError as e:  # LoadError and bad settings: say what is wrong, no traceback

@@ -485,9 +485,9 @@ def test_error_corrupt_gguf(tmp_path, content):
 def test_error_rope_scaling(tiny_llama_dir, tmp_path):
   shutil.copytree(tiny_llama_dir, tmp_path / "m")
   cfg = json.load(open(tmp_path / "m" / "config.json"))
-  cfg["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}
+  cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 5e5, "factor": 8.0}
   (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
-  with pytest.raises(LoadError, match="rope scaling 'llama3'"):
+  with pytest.raises(LoadError, match="rope scaling 'longrope'"):
     load_model(str(tmp_path / "m"))
 
 

@@ -13,9 +13,10 @@ from specjax.errors import LoadError
 from specjax.loading import load_model, registry
 
 
-def load_draft(source: str, fallback: str = "", target=None) -> tuple[str, Any, Optional[str]]:
+def load_draft(source: str, fallback: str = "", target=None,
+               **load_kw) -> tuple[str, Any, Optional[str]]:
   """(label, draft, warning): a loaded model, a drafter spec ("ngram:3"), or None for no
-  draft; warning is None unless the fallback was used.
+  draft; warning is None unless the fallback was used. load_kw (mesh, dtype) go to load_model.
 
   Only a registry name that cannot be loaded on this machine (a shipped draft missing
   from an install, say) falls back to `fallback`, and the card then prints a warning
@@ -28,20 +29,27 @@ def load_draft(source: str, fallback: str = "", target=None) -> tuple[str, Any, 
   if ":" in source and not os.path.exists(os.path.expanduser(source)):
     return source, source, None  # a spec: generate's resolve_drafter checks it before any work
   try:
-    return source, load_model(source, target=target), None
+    return source, load_model(source, target=target, **load_kw), None
   except LoadError as e:
     if not fallback or source not in registry.REGISTRY:
       raise
     warning = (f"draft {source!r} could not be loaded here ({e}); measured {fallback!r} "
                "instead")
     logging.warning("%s", warning)
-    return fallback, load_draft(fallback, target=target)[1], warning
+    return fallback, load_draft(fallback, target=target, **load_kw)[1], warning
 
 
 def run_card(config) -> dict:
-  """Loads, runs both decoders with identical settings, returns the card's fields."""
-  target = load_model(config.target)
-  draft_label, draft, warning = load_draft(config.draft, config.fallback_draft, target)
+  """Loads, runs both decoders with identical settings, returns the card's fields.
+
+  config.mesh ("" = one device, else e.g. "1,8" or "data=2,model=4") and config.dtype
+  place target and draft on a ("data", "model") mesh (`specjax.models.sharding`)."""
+  from specjax.models.sharding import make_mesh
+  mesh = make_mesh(config.mesh) if config.get("mesh") else None
+  dtype = config.get("dtype", "float32")
+  target = load_model(config.target, mesh=mesh, dtype=dtype)
+  draft_label, draft, warning = load_draft(config.draft, config.fallback_draft, target,
+                                           mesh=mesh, dtype=dtype)
   prompt = target.encode(config.prompt, chat=config.chat)
   common = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                 top_k=config.top_k, top_p=config.top_p, seed=config.seed)

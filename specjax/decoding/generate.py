@@ -17,6 +17,7 @@ import numpy as np
 from specjax.decoding import drafters as drafters_lib
 from specjax.decoding.loop import NoDrafter, run
 from specjax.decoding.stats import SpecStats
+from specjax.decoding import sharding as sharding_lib
 from specjax.decoding.verify import verify_row
 from specjax.models import is_feature_draft
 from specjax.sampling import SamplingParams
@@ -113,7 +114,8 @@ _COMPILED: dict = {}
 def _compiled_run(args: tuple, statics: dict):
   """AOT-compiles `run` once per (shapes, settings) so that run time excludes compile time."""
   leaves, treedef = jax.tree.flatten(args)
-  sig = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), tuple(sorted(statics.items())))
+  sig = (treedef, tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
+         tuple(sorted(statics.items())))
   if sig not in _COMPILED:
     start = time.perf_counter()
     _COMPILED[sig] = (run.lower(*args, **statics).compile(), time.perf_counter() - start)
@@ -124,7 +126,8 @@ def _compiled_run(args: tuple, statics: dict):
 def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: Any = None,
              k: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              seed: int = 0, chat: bool = False, max_cache_len: Optional[int] = None,
-             eos_ids: Optional[Sequence[int]] = None, verifier=None) -> GenerationResult:
+             eos_ids: Optional[Sequence[int]] = None, verifier=None,
+             mesh: Optional[jax.sharding.Mesh] = None) -> GenerationResult:
   """Decodes `prompts` with `target`, alone (draft=None) or speculatively with `draft`.
 
   Greedy (temperature 0) output is token-identical to the target alone; sampled
@@ -133,6 +136,10 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   or a list of either (rows may differ in length). chat: apply the chat template.
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule
   with the signature of `verify_row`, for studies of other rules (default: exact).
+  mesh: a ("data", "model") mesh (default: the target's, from `load_model(mesh=)`): the
+  same jitted loop runs on it with target and draft params split over "model" and the
+  batch and caches over "data" (`specjax.models.sharding`); the batch is padded to a
+  multiple of the data axis with copies of the last prompt, which are dropped again.
   """
   if isinstance(target, str):
     from specjax.loading import load_model
@@ -159,6 +166,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
         f"{target.cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
   bucket = prompt_bucket(longest)
   max_len = _round_up(max(bucket, longest + max_new_tokens + k + 2), 128)
+  if target.cfg.sliding_window:  # the cache must fit the window (where it is a no-op)
+    max_len = min(max_len, target.cfg.sliding_window)
+    target.cfg.check_window(max(bucket, longest + max_new_tokens + k + 2))
 
   prompt = np.zeros((len(prompt_ids), bucket), np.int32)
   for b, ids in enumerate(prompt_ids):
@@ -166,21 +176,32 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   lens = np.array([len(p) for p in prompt_ids], np.int32)
   eos = tuple(sorted(int(e) for e in (target.eos_ids if eos_ids is None else eos_ids)))
 
-  args = (target.params, drafter, jnp.asarray(prompt), jnp.asarray(lens),
-          jnp.asarray(max_new_tokens, jnp.int32), jax.random.PRNGKey(seed))
+  n_rows = len(prompt_ids)
+  mesh = mesh if mesh is not None else getattr(target, "mesh", None)
+  target_params = target.params
+  if mesh is not None:
+    target_params, drafter, prompt, lens = sharding_lib.on_mesh(
+        mesh, target, target_params, drafter, prompt, lens)
+  else:
+    prompt, lens = jnp.asarray(prompt), jnp.asarray(lens)
+  args = (target_params, drafter, prompt, lens, jnp.asarray(max_new_tokens, jnp.int32),
+          jax.random.PRNGKey(seed))
   statics = dict(target_cfg=target.cfg, sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
                  verifier=verifier or verify_row)
-  compiled, compile_s = _compiled_run(args, statics)
-  start = time.perf_counter()
-  state = jax.block_until_ready(compiled(*args))
-  wall = time.perf_counter() - start
+  with sharding_lib.mesh_context(mesh):
+    compiled, compile_s = _compiled_run(args, statics)
+    start = time.perf_counter()
+    state = jax.block_until_ready(compiled(*args))
+    wall = time.perf_counter() - start
 
-  n_tokens = np.asarray(state.n_tokens)
-  tokens = np.asarray(state.tokens)
-  new = [tokens[b, lens[b]:n_tokens[b]].tolist() for b in range(len(prompt_ids))]
-  stats = SpecStats(k=k, new_tokens=n_tokens - lens, target_passes=np.asarray(state.target_passes),
-                    draft_passes=np.asarray(state.draft_passes), rounds=np.asarray(state.rounds),
-                    checked=np.asarray(state.checked), accepted=np.asarray(state.accepted),
+  host = lambda x: sharding_lib.to_host(x)[:n_rows]
+  lens = host(lens)
+  n_tokens = host(state.n_tokens)
+  tokens = host(state.tokens)
+  new = [tokens[b, lens[b]:n_tokens[b]].tolist() for b in range(n_rows)]
+  stats = SpecStats(k=k, new_tokens=n_tokens - lens, target_passes=host(state.target_passes),
+                    draft_passes=host(state.draft_passes), rounds=host(state.rounds),
+                    checked=host(state.checked), accepted=host(state.accepted),
                     wall_time_s=wall, compile_time_s=compile_s)
   texts = None
   if getattr(target, "tokenizer", None) is not None:

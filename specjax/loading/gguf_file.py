@@ -8,7 +8,13 @@ llama.cpp's converter permutes the Q and K projections of the `llama` architectu
 (rows regrouped for its interleaved-pair RoPE); that permutation is reversed here
 exactly as transformers' GGUF loader does (`LlamaTensorProcessor._reverse_permute_weights`)
 so the weights fit the Hugging Face `rotate_half` RoPE of `specjax.models.transformer`.
-The `qwen2` architecture is stored unpermuted; `gpt2` stores fused QKV.
+The `qwen2` and `qwen3` architectures are stored unpermuted (`qwen3` adds per-head
+`attn_q_norm` / `attn_k_norm`); `gpt2` stores fused QKV.
+
+RoPE scaling: llama.cpp writes Llama-3's `llama3` scaling as a `rope_freqs.weight`
+tensor of per-frequency divisors (no metadata), read here as `rope_type="factors"`;
+`{arch}.rope.scaling.type` "linear" carries `{arch}.rope.scaling.factor`; any other
+scaling type is refused. `{arch}.attention.sliding_window` sets the window.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from specjax.models.config import ModelConfig
 if TYPE_CHECKING:  # annotation only: gguf is imported when a file is read
   import gguf
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")
 
 
 def _reader_class():
@@ -82,16 +88,35 @@ def _f32(x) -> float:
   return float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
 
 
-def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple], source: str) -> ModelConfig:
-  """ModelConfig from `{arch}.*` metadata; refuses rope scaling and partial rotary."""
+def _rope_fields(meta: dict, arch: str, tensors: dict, head_dim: int, source: str) -> dict:
+  """ModelConfig RoPE fields from `{arch}.rope.*` metadata and a `rope_freqs` tensor."""
+  out = {"rope_theta": _f32(meta.get(f"{arch}.rope.freq_base", 10000.0))}
+  scaling = meta.get(f"{arch}.rope.scaling.type", "none")
+  if scaling == "linear":
+    out.update(rope_type="linear", rope_factor=_f32(meta[f"{arch}.rope.scaling.factor"]))
+  elif scaling not in ("none", None):
+    raise LoadError(f"{source}: rope scaling {scaling!r} is not supported (specjax implements "
+                    "plain, linear and Llama-3 (rope_freqs) RoPE); use another file.")
+  if "rope_freqs.weight" in tensors:
+    factors = np.asarray(tensors["rope_freqs.weight"], np.float32).reshape(-1)
+    if out.get("rope_type"):
+      raise LoadError(f"{source}: both rope_freqs and {scaling!r} scaling are set; "
+                      "the file is inconsistent.")
+    out.update(rope_type="factors", rope_freq_factors=tuple(float(f) for f in factors))
+  return out
+
+
+def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple], source: str,
+                     tensors: Optional[dict] = None) -> ModelConfig:
+  """ModelConfig from `{arch}.*` metadata; refuses unknown rope scaling and partial rotary.
+
+  tensors: the dequantized tensors, needed only for a `rope_freqs.weight` (Llama-3).
+  """
   arch = meta.get("general.architecture")
   if arch not in ARCHITECTURES:
     raise LoadError(f"{source}: unsupported GGUF architecture {arch!r}; specjax loads "
                     f"{', '.join(ARCHITECTURES)} GGUF files.")
   g = lambda key, default=None: _get(meta, f"{arch}.{key}", source, default)
-  scaling = meta.get(f"{arch}.rope.scaling.type", "none")
-  if scaling not in ("none", None):
-    raise LoadError(f"{source}: rope scaling {scaling!r} is not supported (plain RoPE only).")
   d, h = int(g("embedding_length")), int(g("attention.head_count"))
   kv = int(meta.get(f"{arch}.attention.head_count_kv", h))
   head_dim = int(meta.get(f"{arch}.attention.key_length", d // h))
@@ -101,13 +126,16 @@ def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple], source: str) -
                     f"{head_dim}) are not supported.")
   vocab = tensor_shapes["token_embd.weight"][0]
   eps_key = "attention.layer_norm_epsilon" if arch == "gpt2" else "attention.layer_norm_rms_epsilon"
+  rope = {} if arch == "gpt2" else _rope_fields(
+      meta, arch, tensors if tensors is not None else {}, head_dim, source)
   return ModelConfig(
       family="gpt2" if arch == "gpt2" else "llama", vocab_size=int(vocab), d_model=d,
       n_layers=int(g("block_count")), n_heads=h, n_kv_heads=kv, head_dim=head_dim,
       d_ff=int(g("feed_forward_length")), max_positions=int(g("context_length", 2048)),
-      norm_eps=_f32(g(eps_key, 1e-5)), rope_theta=_f32(g("rope.freq_base", 10000.0)),
-      tie_embeddings="output.weight" not in tensor_shapes,
-      qkv_bias=arch in ("qwen2", "gpt2") or "blk.0.attn_q.bias" in tensor_shapes)
+      norm_eps=_f32(g(eps_key, 1e-5)), tie_embeddings="output.weight" not in tensor_shapes,
+      qkv_bias=arch in ("qwen2", "gpt2") or "blk.0.attn_q.bias" in tensor_shapes,
+      qk_norm="blk.0.attn_q_norm.weight" in tensor_shapes,
+      sliding_window=int(meta.get(f"{arch}.attention.sliding_window") or 0), **rope)
 
 
 def reverse_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -177,6 +205,9 @@ def params_from_gguf(tensors: dict[str, np.ndarray], cfg: ModelConfig, arch: str
       attn = {"q": dense(pre + "attn_q", cfg.n_heads if permute else 0),
               "k": dense(pre + "attn_k", cfg.n_kv_heads if permute else 0),
               "v": dense(pre + "attn_v")}
+      if cfg.qk_norm:
+        attn.update(q_norm={"scale": take(pre + "attn_q_norm.weight")},
+                    k_norm={"scale": take(pre + "attn_k_norm.weight")})
       mlp = {"gate": dense(pre + "ffn_gate"), "up": dense(pre + "ffn_up"),
              "down": dense(pre + "ffn_down")}
     attn["o"] = dense(pre + "attn_output")
@@ -198,8 +229,8 @@ def load_gguf(path: str, source: str) -> tuple[ModelConfig, dict, dict]:
   shapes = {t.name: tuple(int(s) for s in reversed(t.shape)) for t in reader.tensors}
   if "token_embd.weight" not in shapes:
     raise LoadError(f"{source}: GGUF file has no token_embd.weight tensor; not a language model.")
-  cfg = config_from_gguf(meta, shapes, source)
   tensors = _dequantized(reader, source)
+  cfg = config_from_gguf(meta, shapes, source, tensors)
   params = params_from_gguf(tensors, cfg, meta["general.architecture"], source)
   check_shapes(params, cfg, source)
   return cfg, params, meta

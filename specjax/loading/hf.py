@@ -2,7 +2,9 @@
 
 Supported architectures (the `architectures` / `model_type` of config.json):
   GPT2LMHeadModel (gpt2, distilgpt2, gpt2-medium/large/xl), LlamaForCausalLM (Llama,
-  SmolLM2, TinyLlama; tied or untied head) and Qwen2ForCausalLM (q/k/v bias).
+  SmolLM2, TinyLlama, Llama-3.x with `llama3` rope scaling; tied or untied head),
+  Qwen2ForCausalLM (Qwen2/2.5: q/k/v bias), Qwen3ForCausalLM (per-head q/k RMSNorm,
+  explicit head_dim) and MistralForCausalLM (sliding window, run while it is a no-op).
 
 Weights are read with `safetensors` into numpy (no torch). PyTorch `.bin` checkpoints
 are refused with a message saying how to convert them. Torch `nn.Linear` weights are
@@ -25,6 +27,8 @@ ARCHITECTURES = {
     "GPT2LMHeadModel": "gpt2",
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "MistralForCausalLM": "mistral",
 }
 _MODEL_TYPES = set(ARCHITECTURES.values())
 
@@ -62,17 +66,42 @@ def model_type_of(hf: dict, source: str) -> str:
       "architecture); pick one of those models.")
 
 
-def _rope_theta(hf: dict, source: str) -> float:
-  """rope_theta from transformers 4 (`rope_theta`/`rope_scaling`) or 5 (`rope_parameters`)."""
-  params = hf.get("rope_parameters") or {}
-  scaling = hf.get("rope_scaling") or {}
-  for spec in (params, scaling):
-    kind = spec.get("rope_type", spec.get("type", "default"))
-    if kind not in ("default", None):
-      raise LoadError(
-          f"{source}: rope scaling {kind!r} is not supported (specjax implements plain RoPE "
-          "only); use a checkpoint without rope_scaling.")
-  return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+_ROPE_SUPPORTED = ("default", "linear", "dynamic", "llama3")
+
+
+def _rope_fields(hf: dict, source: str) -> dict:
+  """RoPE theta and scaling from transformers 4 (`rope_theta`/`rope_scaling`) or 5
+  (`rope_parameters`) as ModelConfig fields; an unknown scaling type is a LoadError."""
+  params = dict(hf.get("rope_scaling") or {})
+  params.update(hf.get("rope_parameters") or {})
+  kind = params.get("rope_type", params.get("type")) or "default"
+  if kind not in _ROPE_SUPPORTED:
+    raise LoadError(
+        f"{source}: rope scaling {kind!r} is not supported (specjax implements "
+        f"{', '.join(_ROPE_SUPPORTED)}); use a checkpoint with one of those.")
+  out = {"rope_theta": float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))}
+  max_pos = hf.get("max_position_embeddings", 2048)
+  if kind == "linear":
+    out.update(rope_type="linear", rope_factor=float(params["factor"]))
+  elif kind == "llama3":
+    out.update(rope_type="llama3", rope_factor=float(params["factor"]),
+               rope_low_freq_factor=float(params["low_freq_factor"]),
+               rope_high_freq_factor=float(params["high_freq_factor"]),
+               rope_original_max_positions=int(params["original_max_position_embeddings"]))
+  elif kind == "dynamic":  # equals plain RoPE within the trained context, capped there
+    out["max_positions"] = int(params.get("original_max_position_embeddings") or max_pos)
+  return out
+
+
+def _sliding_window(hf: dict, mtype: str) -> int:
+  """The attention window (0 = none): Mistral's `sliding_window`, Qwen2/3's when
+  `use_sliding_window` is on or any `layer_types` entry is sliding."""
+  window = hf.get("sliding_window") or 0
+  layer_types = hf.get("layer_types") or []
+  if mtype == "mistral" or hf.get("use_sliding_window") or any(
+      t != "full_attention" for t in layer_types):
+    return int(window)
+  return 0
 
 
 def config_from_hf(hf: dict, source: str) -> ModelConfig:
@@ -93,19 +122,17 @@ def config_from_hf(hf: dict, source: str) -> ModelConfig:
   act = hf.get("hidden_act", "silu")
   if act not in ("silu", "swish"):
     raise LoadError(f"{source}: activation {act!r} unsupported (Llama/Qwen2 need silu).")
-  layer_types = hf.get("layer_types") or []
-  if hf.get("use_sliding_window") or any(t != "full_attention" for t in layer_types):
-    raise LoadError(f"{source}: sliding-window attention is not supported; "
-                    "use a checkpoint with use_sliding_window=false.")
   d, h = hf["hidden_size"], hf["num_attention_heads"]
-  return ModelConfig(
+  fields = dict(
       family="llama", vocab_size=hf["vocab_size"], d_model=d, n_layers=hf["num_hidden_layers"],
       n_heads=h, n_kv_heads=hf.get("num_key_value_heads") or h,
       head_dim=hf.get("head_dim") or d // h, d_ff=hf["intermediate_size"],
       max_positions=hf.get("max_position_embeddings", 2048),
-      norm_eps=hf.get("rms_norm_eps", 1e-6), rope_theta=_rope_theta(hf, source),
-      tie_embeddings=hf.get("tie_word_embeddings", False),
-      qkv_bias=mtype == "qwen2" or bool(hf.get("attention_bias", False)))
+      norm_eps=hf.get("rms_norm_eps", 1e-6), tie_embeddings=hf.get("tie_word_embeddings", False),
+      qkv_bias=mtype == "qwen2" or bool(hf.get("attention_bias", False)),
+      qk_norm=mtype == "qwen3", sliding_window=_sliding_window(hf, mtype))
+  fields.update(_rope_fields(hf, source))
+  return ModelConfig(**fields)
 
 
 # ---------------------------------------------------------------------------- weights
@@ -148,6 +175,76 @@ def read_safetensors(files: list[str], source: str) -> dict[str, np.ndarray]:
       raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({type(e).__name__}: {e}); "
                       "the file is corrupt or truncated - re-download or re-save it.") from e
   return tensors
+
+
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+class TensorView:
+  """A lazy view of one safetensors tensor, transposed and/or windowed.
+
+  Supports what the weight mapping needs (`.shape`, `.dtype`, `.T`, basic slices) and
+  reads only the selected region when indexed with `np.asarray(view[index])`, so
+  `specjax.models.sharding.place` hands each device its own slice straight from the file.
+  """
+
+  def __init__(self, handle, name: str, base_shape, dtype, perm=None, window=None):
+    self._h, self._name, self._dtype = handle, name, dtype
+    self._perm = tuple(perm) if perm is not None else tuple(range(len(base_shape)))
+    self._window = tuple(window) if window is not None else tuple((0, n) for n in base_shape)
+
+  @property
+  def shape(self) -> tuple:
+    return tuple(self._window[a][1] - self._window[a][0] for a in self._perm)
+
+  @property
+  def ndim(self) -> int:
+    return len(self._perm)
+
+  @property
+  def dtype(self):
+    return self._dtype
+
+  @property
+  def T(self) -> "TensorView":
+    return TensorView(self._h, self._name, (), self._dtype, self._perm[::-1], self._window)
+
+  def __getitem__(self, key) -> "TensorView":
+    key = key if isinstance(key, tuple) else (key,)
+    window = list(self._window)
+    for axis, k in enumerate(key):
+      if not isinstance(k, slice) or k.step not in (None, 1):
+        raise TypeError(f"TensorView supports contiguous slices only, got {k!r}.")
+      base = self._perm[axis]
+      lo, hi = window[base]
+      start, stop, _ = k.indices(hi - lo)
+      window[base] = (lo + start, lo + max(start, stop))
+    return TensorView(self._h, self._name, (), self._dtype, self._perm, window)
+
+  def __array__(self, dtype=None, copy=None):
+    x = self._h.get_slice(self._name)[tuple(slice(lo, hi) for lo, hi in self._window)]
+    x = np.transpose(np.asarray(x), self._perm)
+    return x if dtype is None else x.astype(dtype)
+
+
+def open_safetensors(files: list[str], source: str) -> dict[str, TensorView]:
+  """Lazy views of every tensor of the given files (nothing is read until indexed)."""
+  from safetensors import safe_open  # local: keeps `import specjax` light
+  import ml_dtypes
+  views = {}
+  for path in files:
+    try:
+      handle = safe_open(path, framework="numpy")
+      for name in handle.keys():
+        sl = handle.get_slice(name)
+        kind = sl.get_dtype()
+        dtype = ml_dtypes.bfloat16 if kind == "BF16" else _ST_DTYPES[kind]
+        views[name] = TensorView(handle, name, tuple(sl.get_shape()), np.dtype(dtype))
+    except Exception as e:  # safetensors raises its own error types and OSError
+      raise LoadError(f"{source}: cannot read {os.path.basename(path)} ({type(e).__name__}: {e}); "
+                      "the file is corrupt or truncated - re-download or re-save it.") from None
+  return views
 
 
 def _strip_prefixes(tensors: dict) -> dict:
@@ -215,7 +312,9 @@ def _llama_params(take: _Take, cfg: ModelConfig) -> dict:
     lin = lambda n: _dense(take(pre + n + ".weight"), take(pre + n + ".bias", optional=True), True)
     layers.append({
         "attn_norm": {"scale": take(pre + "input_layernorm.weight")},
-        "attn": {k: lin(f"self_attn.{k}_proj") for k in "qkvo"},
+        "attn": {k: lin(f"self_attn.{k}_proj") for k in "qkvo"} | (
+            {f"{k}_norm": {"scale": take(pre + f"self_attn.{k}_norm.weight")} for k in "qk"}
+            if cfg.qk_norm else {}),
         "mlp_norm": {"scale": take(pre + "post_attention_layernorm.weight")},
         "mlp": {k: lin(f"mlp.{k}_proj") for k in ("gate", "up", "down")},
     })
@@ -251,13 +350,16 @@ def check_shapes(params: dict, cfg: ModelConfig, source: str) -> None:
                     f"(name: (found, expected)) {bad}; the checkpoint is inconsistent.")
 
 
-def load_hf_dir(directory: str, source: str) -> tuple[ModelConfig, dict, dict]:
-  """(cfg, numpy params, config.json dict) of a local Hugging Face model directory."""
+def load_hf_dir(directory: str, source: str, lazy: bool = False) -> tuple[ModelConfig, dict, dict]:
+  """(cfg, numpy params, config.json dict) of a local Hugging Face model directory.
+
+  lazy: the params are `TensorView`s into the files (for placement shard by shard)."""
   path = os.path.join(directory, "config.json")
   if not os.path.isfile(path):
     raise LoadError(f"{source}: no config.json in {directory}; expected a Hugging Face model "
                     "directory (config.json + *.safetensors) or a .gguf file.")
   hf = read_json(path, source)
   cfg = config_from_hf(hf, source)
-  tensors = read_safetensors(weight_files(directory, source), source)
+  files = weight_files(directory, source)
+  tensors = open_safetensors(files, source) if lazy else read_safetensors(files, source)
   return cfg, params_from_hf(tensors, cfg, source), hf

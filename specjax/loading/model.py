@@ -20,6 +20,7 @@ import numpy as np
 
 from specjax.errors import LoadError
 from specjax.loading import asset, gguf_file, hf, hub, registry, tokenizer as tok_lib
+from specjax.models import sharding as sharding_lib
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import forward
 
@@ -40,6 +41,7 @@ class Model:
 
   eos_ids: stop tokens, the model's declared eos first (see `tokenizer.stop_ids`).
   tokenizer: None when the source ships none (ids-only use still works).
+  mesh: the ("data", "model") mesh the params are placed on (None: one device).
   """
   name: str
   cfg: ModelConfig
@@ -47,6 +49,7 @@ class Model:
   tokenizer: Optional["PreTrainedTokenizerFast"] = dataclasses.field(repr=False)
   eos_ids: tuple[int, ...]
   bos_id: Optional[int]
+  mesh: Optional[jax.sharding.Mesh] = dataclasses.field(default=None, repr=False)
 
   def logits(self, token_ids) -> jax.Array:
     """Cache-free jitted forward: [B, T] ids -> [B, T, V] float32 ([T] -> [T, V])."""
@@ -79,7 +82,7 @@ class Model:
                               skip_special_tokens=skip_special_tokens)
 
 
-def _to_jax(params: dict, dtype) -> dict:
+def _to_jax(params: dict, dtype, cfg=None) -> dict:
   """Float leaves -> device arrays of `dtype` (one copy each); integer leaves (the
   `head_vocab` ids of a reduced head) stay integers."""
   return jax.tree.map(lambda x: jnp.asarray(x, dtype if jnp.issubdtype(np.asarray(x).dtype,
@@ -91,8 +94,8 @@ def _first_in_vocab(ids: Sequence[int], vocab_size: int) -> Optional[int]:
   return next((i for i in ids if 0 <= i < vocab_size), None)
 
 
-def _load_dir(directory: str, name: str):
-  cfg, params, hf_cfg = hf.load_hf_dir(directory, name)
+def _load_dir(directory: str, name: str, lazy: bool = False):
+  cfg, params, hf_cfg = hf.load_hf_dir(directory, name, lazy=lazy)
   tokenizer = tok_lib.from_directory(directory)
   gen_path = os.path.join(directory, "generation_config.json")
   gen = hf.read_json(gen_path, name) if os.path.isfile(gen_path) else {}
@@ -165,27 +168,34 @@ def _is_draft_asset(path: str) -> bool:
   return meta is not None and "shares_embeddings_with" in meta
 
 
-def load_model(source: str, dtype="float32", target: Optional[Model] = None) -> Model:
+def load_model(source: str, dtype="float32", target: Optional[Model] = None,
+               mesh: Optional[jax.sharding.Mesh] = None) -> Model:
   """Loads a model from a registry name, local path or hub id (see module docstring).
 
   dtype: "float32" (default) or "bfloat16" for the params; logits are always float32.
   target: for a draft asset, which shares its target's embeddings, the target already
   loaded (else it is loaded by name); ignored for every other source.
+  mesh: a ("data", "model") mesh (`specjax.models.sharding.make_mesh`): each parameter is
+  split over "model" by its logical axis and every device reads only its own slice (from
+  safetensors directly; GGUF files are dequantized on the host first). A "model" axis
+  that does not divide the heads, kv heads, MLP width or vocabulary is a ValueError.
   """
   if isinstance(dtype, str):
     if dtype not in _DTYPES:
       raise LoadError(f"{source}: dtype {dtype!r} unsupported; use one of {list(_DTYPES)}.")
     dtype = _DTYPES[dtype]
+  to_device = _to_jax if mesh is None else (
+      lambda params, dtype, cfg: sharding_lib.place(params, cfg, mesh, dtype, name=source))
   path = resolve(source)
   if _is_draft_asset(path):  # a shipped draft: own tensors, reduced head, shared embeddings
     draft = asset.load_asset(path, target=target, name=source)
-    return dataclasses.replace(draft, params=_to_jax(draft.params, dtype))
+    return dataclasses.replace(draft, params=to_device(draft.params, dtype, draft.cfg), mesh=mesh)
   if os.path.isdir(path):
-    cfg, params, tokenizer, eos, bos = _load_dir(path, source)
+    cfg, params, tokenizer, eos, bos = _load_dir(path, source, lazy=mesh is not None)
   elif os.path.isfile(path) and _is_gguf(path):
     cfg, params, tokenizer, eos, bos = _load_gguf(path, source)
   else:
     raise LoadError(f"{source}: {path} is neither a .gguf file nor a Hugging Face model "
                     "directory; pass the directory that holds config.json.")
-  return Model(name=source, cfg=cfg, params=_to_jax(params, dtype), tokenizer=tokenizer,
-               eos_ids=eos, bos_id=bos)
+  return Model(name=source, cfg=cfg, params=to_device(params, dtype, cfg), tokenizer=tokenizer,
+               eos_ids=eos, bos_id=bos, mesh=mesh)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models.config import ModelConfig
+from specjax.models.sharding import constrain_cache
 
 
 @flax.struct.dataclass
@@ -24,7 +25,8 @@ class KVCache:
   @classmethod
   def init(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) -> "KVCache":
     shape = (batch, max_len, cfg.n_kv_heads, cfg.head_dim)
-    zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.n_layers))
+    # On a mesh (jax.set_mesh) rows go over "data", kv heads over "model".
+    zeros = tuple(constrain_cache(jnp.zeros(shape, dtype)) for _ in range(cfg.n_layers))
     return cls(k=zeros, v=zeros, lengths=jnp.zeros((batch,), jnp.int32))
 
   @property

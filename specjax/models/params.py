@@ -2,14 +2,16 @@
 
     {"embed": [V, D], "pos_embed": [P, D] (GPT-2 only),
      "layers": [ {"attn_norm": {"scale", "bias"?},
-                  "attn": {"q", "k", "v", "o": {"kernel": [in, out], "bias"?}},
+                  "attn": {"q", "k", "v", "o": {"kernel": [in, out], "bias"?},
+                           "q_norm", "k_norm": {"scale": [E]} (qk_norm only, Qwen3)},
                   "mlp_norm": {...},
                   "mlp": {"fc", "proj"} (GPT-2) | {"gate", "up", "down"} (Llama)} ] * L,
      "final_norm": {...}, "lm_head": {"kernel": [D, V]} (untied only),
      "head_vocab": [V'] int32 (optional: a reduced output vocabulary, FR-Spec style drafts),
      "head_kernel": [D, V'] (optional: those head columns gathered once, for inference)}
 
-Kernels are stored [in, out] so a layer is `x @ kernel (+ bias)`.
+Kernels are stored [in, out] so a layer is `x @ kernel (+ bias)`. Sharding (which
+axis of each leaf is split over the mesh's "model" axis) is in `specjax.models.sharding`.
 """
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ def init_params(cfg: ModelConfig, key: jax.Array, dtype=jnp.float32, std: float 
         "v": _dense(k[2], d, cfg.n_kv_heads * e, qkv_bias, dtype, std),
         "o": _dense(k[3], cfg.n_heads * e, d, cfg.is_gpt2, dtype, std),
     }
+    if cfg.qk_norm:
+      attn["q_norm"] = {"scale": jnp.ones((e,), dtype)}
+      attn["k_norm"] = {"scale": jnp.ones((e,), dtype)}
     if cfg.is_gpt2:
       mlp = {"fc": _dense(k[4], d, cfg.d_ff, True, dtype, std),
              "proj": _dense(k[5], cfg.d_ff, d, True, dtype, std)}

@@ -37,10 +37,10 @@ def norm(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   return (y * p["scale"]).astype(x.dtype)
 
 
-def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-  """Rotary embedding, Hugging Face `rotate_half` convention. x: [B, T, N, E]."""
-  e = x.shape[-1]
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, e, 2, dtype=jnp.float32) / e))  # [E/2]
+def rope(x: jax.Array, positions: jax.Array, cfg: ModelConfig) -> jax.Array:
+  """Rotary embedding, Hugging Face `rotate_half` convention, with the config's RoPE
+  scaling (`ModelConfig.rope_inv_freq`). x: [B, T, N, E]."""
+  inv_freq = jnp.asarray(cfg.rope_inv_freq())  # [E/2]
   angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, E/2]
   angles = jnp.concatenate([angles, angles], -1)[:, :, None, :]  # [B, T, 1, E]
   x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
@@ -49,14 +49,16 @@ def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
 
 def project_qkv(p: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array):
-  """x [B, T, D] -> q [B, T, H, E], k and v [B, T, K, E] (rotary applied for Llama)."""
+  """x [B, T, D] -> q [B, T, H, E], k and v [B, T, K, E] (q/k norm and rotary for Llama)."""
   b, t, _ = x.shape
   h, kh, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
   q = _dense(p["q"], x).reshape(b, t, h, e)
   k = _dense(p["k"], x).reshape(b, t, kh, e)
   v = _dense(p["v"], x).reshape(b, t, kh, e)
+  if cfg.qk_norm:  # Qwen3: RMSNorm over each head's E dims, before the rotary embedding
+    q, k = norm(p["q_norm"], cfg, q), norm(p["k_norm"], cfg, k)
   if not cfg.is_gpt2:
-    q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+    q, k = rope(q, positions, cfg), rope(k, positions, cfg)
   return q, k, v
 
 
@@ -155,6 +157,7 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
   Returns (hidden [B, T, D], cache advanced by T), plus the collected layers' outputs
   [B, T, len(collect) * D] when `collect` is given, as `blocks`.
   """
+  cfg.check_window(tokens.shape[1] if cache is None else cache.max_len)
   positions = positions_for(cache, *tokens.shape)
   return blocks(params, cfg, embed(params, cfg, tokens, positions), positions, cache, n_layers,
                 collect)

@@ -8,6 +8,10 @@ PRNG key); the shared frozen embeddings come from the target again on restore. S
 are atomic (orbax writes to a temporary directory and renames it), so a run killed
 mid-save leaves the previous checkpoints intact; nothing saved is ever deleted except
 by the `max_to_keep` rotation.
+
+Sharded state (`specjax.training.sharding.place`) is saved shard by shard; `restore`
+reads it back into the shardings of the `like` state it is given, so a run checkpointed
+on one mesh shape (say 2 x 4) resumes on another (8 x 1) or on one device.
 """
 from __future__ import annotations
 

@@ -18,7 +18,11 @@ def setup_target(config):
     held = toy.toy_prompts(p.num_heldout, config.seed + 2, t.cfg.vocab_size)
     return t, train, held
   from specjax.loading import load_model
-  target = load_model(config.target)
+  mesh = None
+  if config.get("mesh"):  # tensor parallel: each device reads its own slice of the target
+    from specjax.training.sharding import make_mesh
+    mesh = make_mesh(config.mesh)
+  target = load_model(config.target, mesh=mesh)
   sets = tuple(p.get("train_sets", ("train",)))
   for held_out in ("heldout", "eval"):
     if held_out in sets:

@@ -73,7 +73,8 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
   os.makedirs(workdir, exist_ok=True)
   _check(config)
   d, ev = config.data, config.eval
-  mesh = sharding_lib.make_mesh()
+  mesh = sharding_lib.make_mesh(config.get("mesh"))  # "" = data parallel; "2,4" = data x model
+  sharding_lib.check_mesh(target.cfg, mesh, target.name)
   # Pools (and the draft's vocabulary from them), then the evaluation pool.
   draft_cfg, draft_params, pool = prepare_draft(config, workdir, target, train_prompts, log)
   trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
@@ -82,13 +83,13 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
 
   # The step and its state.
   tx, schedule = make_optimizer(config.optim, config.num_steps)
-  trainable = sharding_lib.replicate(trainable, mesh)
-  frozen = sharding_lib.replicate(frozen, mesh)
+  trainable = sharding_lib.place(trainable, mesh)
+  frozen = sharding_lib.place(frozen, mesh)
   online = d.teacher == "online" or d.get("features", "cached") == "online"
-  target_params = sharding_lib.replicate(target.params, mesh) if online else None
+  target_params = sharding_lib.place(target.params, mesh) if online else None
   state = TrainState(step=jnp.zeros((), jnp.int32), params=trainable,
                      opt_state=tx.init(trainable), rng=jax.random.PRNGKey(config.seed))
-  state = sharding_lib.replicate(state, mesh)
+  state = sharding_lib.place(state, mesh)  # opt state FSDP over "data"
   ckpt = Checkpointer(workdir, max_to_keep=config.keep_checkpoints)
   start = 0
   if ckpt.latest_step() is not None:
