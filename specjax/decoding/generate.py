@@ -17,7 +17,9 @@ from specjax.decoding import drafters as drafters_lib
 from specjax.decoding.loop import NoDrafter, run
 from specjax.decoding.stats import SpecStats
 from specjax.decoding.verify import verify_row
+from specjax.decoding import tree as tree_lib
 from specjax.models import is_feature_draft
+from specjax.models.interface import as_decoder
 from specjax.sampling import SamplingParams
 
 
@@ -110,7 +112,8 @@ def _compiled_run(args: tuple, statics: dict):
 def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: Any = None,
              k: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              seed: int = 0, chat: bool = False, max_cache_len: Optional[int] = None,
-             eos_ids: Optional[Sequence[int]] = None, verifier=None) -> GenerationResult:
+             eos_ids: Optional[Sequence[int]] = None, verifier=None,
+             tree: Any = None) -> GenerationResult:
   """Decodes `prompts` with `target`, alone (draft=None) or speculatively with `draft`.
 
   Greedy (temperature 0) output is token-identical to the target alone; sampled
@@ -119,6 +122,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   or a list of either (rows may differ in length). chat: apply the chat template.
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule
   with the signature of `verify_row`, for studies of other rules (default: exact).
+  tree: None (a chain of k drafts), "static:4,2,2,1" (branching per depth; k entries),
+  "dynamic:N" (EAGLE-2: the best N of the draft's top candidates) or a `TreeSpec`;
+  see `specjax.decoding.tree`.
   """
   if isinstance(target, str):
     from specjax.loading import load_model
@@ -130,21 +136,23 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     raise ValueError(f"k (tokens drafted per round) must be an integer >= 1, got {k!r}.")
   drafter = resolve_drafter(draft, target)
   k = 0 if draft is None else int(k)
+  tree = tree_lib.resolve_tree(tree, k, draft is not None)
   prompt_ids = _encode_prompts(target, prompts, chat)
 
   longest = max(len(p) for p in prompt_ids)
-  needed = longest + max_new_tokens + k + 1
+  width = k if tree is None else tree.slots - 1  # draft slots one round writes
+  needed = longest + max_new_tokens + width + 1
   limit = target.cfg.max_positions
   if max_cache_len is not None:
     limit = min(limit, max_cache_len)
   if needed > limit:
     raise ValueError(
         f"The prompt does not fit the cache: the longest prompt has {longest} tokens and "
-        f"max_new_tokens={max_new_tokens} (+ k + 1 = {k + 1} slots for verification) needs "
+        f"max_new_tokens={max_new_tokens} (+ {width + 1} slots for verification) needs "
         f"{needed} positions, but the limit is {limit} (model context "
         f"{target.cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
   bucket = prompt_bucket(longest)
-  max_len = _round_up(max(bucket, longest + max_new_tokens + k + 2), 128)
+  max_len = _round_up(max(bucket, longest + max_new_tokens + width + 2), 128)
 
   prompt = np.zeros((len(prompt_ids), bucket), np.int32)
   for b, ids in enumerate(prompt_ids):
@@ -152,10 +160,10 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   lens = np.array([len(p) for p in prompt_ids], np.int32)
   eos = tuple(sorted(int(e) for e in (target.eos_ids if eos_ids is None else eos_ids)))
 
-  args = (target.params, drafter, jnp.asarray(prompt), jnp.asarray(lens),
+  args = (as_decoder(target), drafter, jnp.asarray(prompt), jnp.asarray(lens),
           jnp.asarray(max_new_tokens, jnp.int32), jax.random.PRNGKey(seed))
-  statics = dict(target_cfg=target.cfg, sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
-                 verifier=verifier or verify_row)
+  statics = dict(sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
+                 verifier=verifier or verify_row, tree=tree)
   compiled, compile_s = _compiled_run(args, statics)
   start = time.perf_counter()
   state = jax.block_until_ready(compiled(*args))

@@ -7,6 +7,9 @@ target scores [last final token, d_1..d_k] in one forward pass; `verify_batch`
 keeps the accepted prefix and adds the target's own token; each unfinished row
 gains 1 to k+1 tokens. With no drafter (k = 0) a round is one autoregressive step.
 Everything stays on device: no host round trip per token or per round.
+The target is reached only through the model interface (`specjax.models.interface`).
+With a token tree (`tree=`, see `specjax.decoding.tree`) a round verifies N drafted
+nodes in one pass instead (`tree_round`), then continues as the chain does.
 """
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
+from specjax.decoding import tree as tree_lib
 from specjax.decoding.drafters import DraftContext
 from specjax.decoding.verify import verify_batch, verify_row
-from specjax.models import KVCache, ModelConfig, forward_hidden, head
+from specjax.models import KVCache
 
 
 @flax.struct.dataclass
@@ -31,7 +35,7 @@ class NoDrafter:
     return ()
 
   def propose(self, state, ctx: DraftContext, key):
-    b, v = ctx.tokens.shape[0], ctx.target_cfg.vocab_size
+    b, v = ctx.tokens.shape[0], ctx.target.vocab_size
     return (jnp.zeros((b, 0), jnp.int32), jnp.zeros((b, 0, v), jnp.float32), state,
             ctx.target_cache)
 
@@ -81,28 +85,31 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   return kept, done
 
 
-@functools.partial(jax.jit, static_argnames=("target_cfg", "sampling", "k", "eos_ids", "max_len",
-                                                  "verifier"))
-def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
-        key: jax.Array, *, target_cfg: ModelConfig, sampling: sampling_lib.SamplingParams, k: int,
-        eos_ids: tuple, max_len: int, verifier=verify_row) -> LoopState:
-  """Prefill and speculative rounds until every row is done. Returns the final state."""
+@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "max_len", "verifier",
+                                                  "tree"))
+def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
+        key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+        max_len: int, verifier=verify_row, tree=None) -> LoopState:
+  """Prefill and speculative rounds until every row is done. Returns the final state.
+
+  target: a decoder behind the model interface (`specjax.models.interface.Decoder`).
+  tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k.
+  """
   b, p_len = prompt.shape
   rows = jnp.arange(b)
   key, prefill_key = jax.random.split(key)
 
   # Prefill: the whole prompt bucket at once; the first new token comes from the target.
-  cache = KVCache.init(target_cfg, b, max_len, target_params["embed"].dtype)
-  hidden, cache = forward_hidden(target_params, target_cfg, prompt, cache)  # [B, P, D]
-  last = head(target_params, target_cfg, hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
+  hidden, cache = target.prefill(prompt, prompt_lens, max_len)  # [B, P, D]
+  last = target.head(hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
   tokens = tokens.at[rows, prompt_lens].set(first)
   _, done = jax.vmap(lambda t: _finish(t[None], 1, 0, max_new, eos_ids))(first)
 
   state = LoopState(
-      tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache.with_lengths(prompt_lens),
-      draft_state=drafter.init(target_params, prompt, prompt_lens, max_len, hidden), done=done,
+      tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache,
+      draft_state=drafter.init(target.params, prompt, prompt_lens, max_len, hidden), done=done,
       key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
       rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
@@ -111,16 +118,20 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
     active = ~s.done
-    ctx = DraftContext(target_params=target_params, target_cache=s.target_cache, tokens=s.tokens,
-                       n_tokens=s.n_tokens, target_cfg=target_cfg, k=k, sampling=sampling)
-    drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
+    ctx = DraftContext(target=target, target_cache=s.target_cache, tokens=s.tokens,
+                       n_tokens=s.n_tokens, k=k, sampling=sampling)
+    if tree is None:
+      drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
-    last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
-    hidden, cache = forward_hidden(target_params, target_cfg, jnp.concatenate([last, drafts], 1),
-                                   cache)  # [B, k+1, D]
-    logits = head(target_params, target_cfg, hidden)
-    p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
-    n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
+      last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
+      hidden, cache = target.step(jnp.concatenate([last, drafts], 1), None, None,
+                                  cache)  # [B, k+1, D]
+      logits = target.head(hidden)
+      p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
+      n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
+    else:  # drafts: the accepted path's tokens, hidden: its target features
+      drafts, n_acc, nxt, hidden, draft_state, cache = tree_lib.tree_round(
+          target, drafter, s.draft_state, ctx, tree, draft_key, verify_key)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
     cand = jnp.where(jnp.arange(k + 1)[None] < n_acc[:, None],
