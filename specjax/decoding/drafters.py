@@ -7,7 +7,8 @@ A drafter is a pytree (its weights are leaves, its hyper-parameters static) with
   commit(state, n_tokens [B], hidden [B, k+1, D]) -> state   # n_tokens now final
   passes_per_round(k) -> how many forward passes of its own one proposal costs
 
-`ctx` is a `DraftContext` with the target's params and cache and the token buffer.
+`ctx` is a `DraftContext` with the target (behind the model interface of
+`specjax.models.interface`), its cache and the token buffer.
 `hidden` is the target's last hidden state (before its final norm) from the prefill
 and from each verify pass; only feature drafts read it. A drafter with a static
 `feature_layers` tuple gets those target layers' outputs concatenated instead
@@ -22,10 +23,13 @@ from typing import Any, Optional, Protocol, runtime_checkable
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax import sampling as sampling_lib
-from specjax.models import KVCache, ModelConfig, feature_forward, forward, head
+from specjax.decoding import tree as tree_lib
+from specjax.models import KVCache, ModelConfig, feature_forward, head
 from specjax.models.feature_draft import feature_layers_of
+from specjax.models.interface import Decoder
 
 
 @runtime_checkable
@@ -73,14 +77,22 @@ class NoDrafter:
 
 @flax.struct.dataclass
 class DraftContext:
-  """What a drafter may read each round."""
+  """What a drafter may read each round. Drafters reach the target through `target`
+  (the model interface); target_params/target_cfg are its weights and config."""
   target_params: Any
   target_cache: KVCache
   tokens: jax.Array  # [B, S] token buffer
   n_tokens: jax.Array  # [B] final tokens per row
-  target_cfg: ModelConfig = flax.struct.field(pytree_node=False)
+  target_cfg: Any = flax.struct.field(pytree_node=False)
   k: int = flax.struct.field(pytree_node=False)
   sampling: sampling_lib.SamplingParams = flax.struct.field(pytree_node=False)
+  target_model: Any = None  # the interface object (default: a `Decoder` of the above)
+
+  @property
+  def target(self):
+    if self.target_model is not None:
+      return self.target_model
+    return Decoder(params=self.target_params, cfg=self.target_cfg)
 
 
 def _rows_slice(tokens: jax.Array, starts: jax.Array, size: int) -> jax.Array:
@@ -112,24 +124,43 @@ def sample_chain(first_logits: jax.Array, carry, step_fn, ctx: DraftContext,
   return drafts, q, carry
 
 
-def draft_autoregressive(params, cfg: ModelConfig, cache: KVCache, first: jax.Array,
-                         first_idx: jax.Array, n_tokens: jax.Array, ctx: DraftContext,
-                         key: jax.Array, n_layers: Optional[int] = None
+def draft_autoregressive(model, cache: KVCache, first: jax.Array, first_idx: jax.Array,
+                         n_tokens: jax.Array, ctx: DraftContext, key: jax.Array,
+                         n_layers: Optional[int] = None
                          ) -> tuple[jax.Array, jax.Array, KVCache]:
-  """k draft steps of a causal LM; the first step feeds `first` [B, T0] tokens.
+  """k draft steps of a causal LM `model` (the model interface); the first step feeds
+  `first` [B, T0] tokens.
 
   first_idx [B] picks which of the T0 first-step positions predicts the next token
   (a draft cache can lag the target by one token after a fully accepted round).
   Returns drafts [B, k], q [B, k, V] and the cache holding n_tokens + k - 1 entries.
   """
-  logits, cache = forward(params, cfg, first, cache, n_layers)  # [B, T0, V]
-  logits = jnp.take_along_axis(logits, first_idx[:, None, None], axis=1)[:, 0]  # [B, V]
+  hidden, cache = model.step(first, None, None, cache, n_layers)  # [B, T0, D]
+  hidden = jnp.take_along_axis(hidden, first_idx[:, None, None], axis=1)  # [B, 1, D]
+  logits = model.head(hidden)[:, 0]  # [B, V]
 
   def step(cache, x):
-    logits, cache = forward(params, cfg, x[:, None], cache, n_layers)
-    return logits[:, 0], cache
+    hidden, cache = model.step(x[:, None], None, None, cache, n_layers)
+    return model.head(hidden)[:, 0], cache
 
   return sample_chain(logits, cache.with_lengths(n_tokens), step, ctx, key)
+
+
+def _last(ctx: DraftContext) -> jax.Array:
+  """[B] each row's last final token (a tree's root)."""
+  return jnp.take_along_axis(ctx.tokens, (ctx.n_tokens - 1)[:, None], axis=1)[:, 0]
+
+
+def _lm_feed(model, prefix: jax.Array, n_layers: Optional[int] = None):
+  """A tree's per-depth draft pass for a causal LM (the model interface): the W nodes
+  of depth d at slots prefix + nodes, positions prefix + d, seeing prefix and ancestors."""
+  def feed(cache, d, tok, nodes, parents, anc):
+    del parents
+    pos = jnp.broadcast_to(prefix[:, None] + d, tok.shape)
+    mask = tree_lib.tree_mask(prefix, anc, cache.max_len)
+    hidden, cache = model.step(tok, pos, mask, cache.with_lengths(prefix + nodes[0]), n_layers)
+    return model.head(hidden), cache
+  return feed
 
 
 @flax.struct.dataclass
@@ -141,18 +172,30 @@ class ModelDrafter:
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     del target_params, hidden
-    cache = KVCache.init(self.cfg, prompt.shape[0], max_len, self.params["embed"].dtype)
-    _, cache = forward(self.params, self.cfg, prompt, cache)
-    return cache.with_lengths(prompt_lens)
+    return self.model.prefill(prompt, prompt_lens, max_len)[1]
+
+  @property
+  def model(self) -> Decoder:
+    return Decoder(params=self.params, cfg=self.cfg)
 
   def propose(self, state: KVCache, ctx: DraftContext, key):
     # The draft cache lags by one or two tokens; refeed two from its length on.
     start = state.lengths
     first = _rows_slice(ctx.tokens, start, 2)  # [B, 2]
     first_idx = ctx.n_tokens - 1 - start  # 0 or 1
-    drafts, q, state = draft_autoregressive(self.params, self.cfg, state, first, first_idx,
-                                            ctx.n_tokens, ctx, key)
+    drafts, q, state = draft_autoregressive(self.model, state, first, first_idx, ctx.n_tokens,
+                                            ctx, key)
     return drafts, q, state, ctx.target_cache
+
+  def propose_tree(self, state: KVCache, ctx: DraftContext, tree, key):
+    # The draft cache lags by 1 to k + 1 tokens after a tree round; refeed k + 1.
+    start = state.lengths
+    hidden, cache = self.model.step(_rows_slice(ctx.tokens, start, ctx.k + 1), None, None, state)
+    hidden = jnp.take_along_axis(hidden, (ctx.n_tokens - 1 - start)[:, None, None], axis=1)
+    draft, cache = tree_lib.expand(tree, _last(ctx), self.model.head(hidden)[:, 0], cache,
+                                   _lm_feed(self.model, ctx.n_tokens - 1), ctx.sampling, key)
+    # Only the root's entry is in order; the accepted path is refed next round.
+    return draft, cache.with_lengths(ctx.n_tokens), ctx.target_cache
 
   def commit(self, state: KVCache, n_tokens, hidden):
     return state.with_lengths(jnp.minimum(state.lengths, n_tokens - 1))
@@ -219,6 +262,31 @@ class FeatureDrafter:
     state = FeatureDraftState(cache=cache.with_lengths(ctx.n_tokens - 1), features=state.features)
     return drafts, q, state, ctx.target_cache
 
+  def propose_tree(self, state: FeatureDraftState, ctx: DraftContext, tree, key):
+    k, start = ctx.k, state.cache.lengths
+    feats = _rows_slice(state.features, start, k + 1)  # [B, k+1, D]
+    nxt = _rows_slice(ctx.tokens, start + 1, k + 1)  # [B, k+1]
+    pred, cache = feature_forward(self.params, self.cfg, feats, nxt, state.cache)
+    f = jnp.take_along_axis(pred, (ctx.n_tokens - 2 - start)[:, None, None], axis=1)  # [B, 1, D]
+    # Node i of depth d reads its parent's predicted feature at position P + d, where
+    # P = n_tokens - 2 is the root's own entry (a tree node at slot P + i).
+    prefix = ctx.n_tokens - 2
+    fbuf = jnp.zeros((f.shape[0], tree.slots, f.shape[-1]), f.dtype).at[:, 0].set(f[:, 0])
+
+    def feed(carry, d, tok, nodes, parents, anc):
+      cache, fbuf = carry
+      fin = jnp.take_along_axis(fbuf, parents[:, :, None], axis=1)  # [B, W, D]
+      pos = jnp.broadcast_to(prefix[:, None] + d, tok.shape)
+      out, cache = feature_forward(self.params, self.cfg, fin, tok,
+                                   cache.with_lengths(prefix + nodes[0]), positions=pos,
+                                   mask=tree_lib.tree_mask(prefix, anc, cache.max_len))
+      return head(self.params, self.cfg, out), (cache, fbuf.at[:, nodes].set(out))
+
+    draft, (cache, _) = tree_lib.expand(tree, _last(ctx), head(self.params, self.cfg, f)[:, 0],
+                                        (cache, fbuf), feed, ctx.sampling, key)
+    state = FeatureDraftState(cache=cache.with_lengths(ctx.n_tokens - 1), features=state.features)
+    return draft, state, ctx.target_cache
+
   def commit(self, state: FeatureDraftState, n_tokens, hidden):
     # hidden [B, k+1, D]: the verify pass's features at positions start .. start + k.
     features = jax.vmap(lambda f, h, i: jax.lax.dynamic_update_slice_in_dim(f, h, i, 0))(
@@ -242,15 +310,22 @@ class EarlyExitDrafter:
     return ()
 
   def propose(self, state, ctx: DraftContext, key):
-    cfg = ctx.target_cfg
     lengths = ctx.target_cache.lengths
     view = ctx.target_cache.first_layers(self.n_layers)
     first = _rows_slice(ctx.tokens, ctx.n_tokens - 1, 1)  # [B, 1]: the last final token
-    drafts, q, view = draft_autoregressive(ctx.target_params, cfg, view, first,
-                                           jnp.zeros_like(lengths), ctx.n_tokens, ctx, key,
-                                           n_layers=self.n_layers)
+    drafts, q, view = draft_autoregressive(ctx.target, view, first, jnp.zeros_like(lengths),
+                                           ctx.n_tokens, ctx, key, n_layers=self.n_layers)
     cache = ctx.target_cache.merge_first_layers(view).with_lengths(lengths)
     return drafts, q, state, cache
+
+  def propose_tree(self, state, ctx: DraftContext, tree, key):
+    lengths = ctx.target_cache.lengths  # P: the root goes to slot P
+    view = ctx.target_cache.first_layers(self.n_layers)
+    hidden, view = ctx.target.step(_last(ctx)[:, None], None, None, view, self.n_layers)
+    draft, view = tree_lib.expand(tree, _last(ctx), ctx.target.head(hidden)[:, 0], view,
+                                  _lm_feed(ctx.target, lengths, self.n_layers), ctx.sampling, key)
+    # The verify pass rewrites these layers' tree slots with the same values.
+    return draft, state, ctx.target_cache.merge_first_layers(view).with_lengths(lengths)
 
   def commit(self, state, n_tokens, hidden):
     return state
@@ -274,14 +349,59 @@ class NgramDrafter:
   def propose(self, state, ctx: DraftContext, key):
     del key
     drafts = jax.vmap(lambda row, n: _ngram_row(row, n, self.n, ctx.k))(ctx.tokens, ctx.n_tokens)
-    q = jax.nn.one_hot(drafts, ctx.target_params["embed"].shape[0], dtype=jnp.float32)
+    q = jax.nn.one_hot(drafts, ctx.target.vocab_size, dtype=jnp.float32)
     return drafts, q, state, ctx.target_cache
+
+  def propose_tree(self, state, ctx: DraftContext, tree, key):
+    """Several earlier matches as branches: node i follows match `branch_ids[i]`."""
+    del key
+    if tree.kind != "static":
+      raise ValueError("n-gram drafts expand static trees only (e.g. tree='static:3,1,1').")
+    branch, depths = tree.branch_ids(), np.asarray(tree.depths)
+    conts = jax.vmap(lambda row, n: _ngram_candidates(row, n, self.n, ctx.k, int(branch.max()) + 1))(
+        ctx.tokens, ctx.n_tokens)  # [B, M, k]
+    tokens = jnp.concatenate([_last(ctx)[:, None], conts[:, branch[1:], depths[1:] - 1]], axis=1)
+    b, n1 = tokens.shape
+    draft = tree_lib.TreeDraft(
+        tokens=tokens, parents=jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32), (b, n1)),
+        depths=jnp.broadcast_to(jnp.asarray(depths, jnp.int32), (b, n1)),
+        q=jax.nn.one_hot(tokens, ctx.target.vocab_size, dtype=jnp.float32).at[:, 0].set(0.0))
+    return draft, state, ctx.target_cache
 
   def commit(self, state, n_tokens, hidden):
     return state
 
   def passes_per_round(self, k: int) -> int:
     return 0
+
+
+def _ngram_candidates(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int,
+                      m: int) -> jax.Array:
+  """row [S], n_tokens scalar -> [m, k]: the continuations of the m best earlier matches
+  (longest suffix match first, then latest; one per continuation start), the last
+  token repeated where there are fewer; m = 1 is `_ngram_row`."""
+  s = row.shape[0]
+  starts = jnp.arange(s)
+  score = jnp.full((s,), -1, jnp.int32)
+  size_at = jnp.zeros((s,), jnp.int32)
+  for size in range(max_n, 0, -1):
+    tail = jax.lax.dynamic_slice_in_dim(row, jnp.maximum(n_tokens - size, 0), size)  # [size]
+    windows = jnp.stack([jnp.roll(row, -t) for t in range(size)], axis=1)  # [S, size]
+    ok = jnp.all(windows == tail[None, :], axis=1) & (starts + size < n_tokens) \
+        & (n_tokens >= size)
+    sc = jnp.where(ok, size * s + starts, -1)
+    better = sc > score
+    score, size_at = jnp.where(better, sc, score), jnp.where(better, size, size_at)
+  # Matches continuing from the same place propose the same tokens: keep the best one.
+  conts = jnp.clip(starts + size_at, 0, s - 1)
+  best = jnp.full((s,), -1, jnp.int32).at[conts].max(score)
+  score = jnp.where(best[conts] == score, score, -1)
+  top, j = jax.lax.top_k(score, m)  # [m]
+  cont = j + size_at[j]
+  period = jnp.maximum(n_tokens - cont, 1)
+  src = cont[:, None] + jnp.arange(k)[None] % period[:, None]  # [m, k]
+  fallback = row[jnp.maximum(n_tokens - 1, 0)]
+  return jnp.where((top >= 0)[:, None], row[jnp.clip(src, 0, s - 1)], fallback).astype(jnp.int32)
 
 
 def _ngram_row(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int) -> jax.Array:

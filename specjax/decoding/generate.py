@@ -19,7 +19,9 @@ from specjax.decoding.loop import NoDrafter, run
 from specjax.decoding.stats import SpecStats
 from specjax.decoding import sharding as sharding_lib
 from specjax.decoding.verify import verify_row
+from specjax.decoding import tree as tree_lib
 from specjax.models import is_feature_draft
+from specjax.models.interface import as_decoder
 from specjax.sampling import SamplingParams
 
 
@@ -127,7 +129,7 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
              k: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              seed: int = 0, chat: bool = False, max_cache_len: Optional[int] = None,
              eos_ids: Optional[Sequence[int]] = None, verifier=None,
-             mesh: Optional[jax.sharding.Mesh] = None) -> GenerationResult:
+             mesh: Optional[jax.sharding.Mesh] = None, tree: Any = None) -> GenerationResult:
   """Decodes `prompts` with `target`, alone (draft=None) or speculatively with `draft`.
 
   Greedy (temperature 0) output is token-identical to the target alone; sampled
@@ -135,7 +137,12 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   target: a loaded model or a source for `load_model`. prompts: a string, token ids,
   or a list of either (rows may differ in length). chat: apply the chat template.
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule
-  with the signature of `verify_row`, for studies of other rules (default: exact).
+  with the signature of `verify_row` (with a tree: of `tree.verify_tree_row`), for
+  studies of other rules (default: exact).
+  tree: None (a chain of k drafts), "static:4,2,2,1" (branching per depth; k entries),
+  "dynamic:N" (EAGLE-2: the best N of the draft's top candidates), a `TreeSpec`, or
+  "auto" (the static tree of most expected tokens/s from a short calibration and
+  measured pass costs, printed; see `specjax.decoding.tree_auto`).
   mesh: a ("data", "model") mesh (default: the target's, from `load_model(mesh=)`): the
   same jitted loop runs on it with target and draft params split over "model" and the
   batch and caches over "data" (`specjax.models.sharding`); the batch is padded to a
@@ -151,24 +158,32 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     raise ValueError(f"k (tokens drafted per round) must be an integer >= 1, got {k!r}.")
   drafter = resolve_drafter(draft, target)
   k = 0 if draft is None else int(k)
+  auto = isinstance(tree, str) and tree == "auto"
+  tree = tree_lib.resolve_tree(None if auto else tree, k, draft is not None or not auto)
   prompt_ids = _encode_prompts(target, prompts, chat)
+  if auto:
+    if draft is None:
+      raise ValueError("tree='auto' needs a drafter: pass draft= as well.")
+    from specjax.decoding.tree_auto import auto_tree
+    tree = auto_tree(target, drafter, k, prompt_ids, sampling)
 
   longest = max(len(p) for p in prompt_ids)
-  needed = longest + max_new_tokens + k + 1
+  width = k if tree is None else tree.slots - 1  # draft slots one round writes
+  needed = longest + max_new_tokens + width + 1
   limit = target.cfg.max_positions
   if max_cache_len is not None:
     limit = min(limit, max_cache_len)
   if needed > limit:
     raise ValueError(
         f"The prompt does not fit the cache: the longest prompt has {longest} tokens and "
-        f"max_new_tokens={max_new_tokens} (+ k + 1 = {k + 1} slots for verification) needs "
+        f"max_new_tokens={max_new_tokens} (+ {width + 1} slots for verification) needs "
         f"{needed} positions, but the limit is {limit} (model context "
         f"{target.cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
   bucket = prompt_bucket(longest)
-  max_len = _round_up(max(bucket, longest + max_new_tokens + k + 2), 128)
+  max_len = _round_up(max(bucket, longest + max_new_tokens + width + 2), 128)
   if target.cfg.sliding_window:  # the cache must fit the window (where it is a no-op)
     max_len = min(max_len, target.cfg.sliding_window)
-    target.cfg.check_window(max(bucket, longest + max_new_tokens + k + 2))
+    target.cfg.check_window(max(bucket, longest + max_new_tokens + width + 2))
 
   prompt = np.zeros((len(prompt_ids), bucket), np.int32)
   for b, ids in enumerate(prompt_ids):
@@ -178,16 +193,17 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
 
   n_rows = len(prompt_ids)
   mesh = mesh if mesh is not None else getattr(target, "mesh", None)
-  target_params = target.params
+  decoder = as_decoder(target)
   if mesh is not None:
     target_params, drafter, prompt, lens = sharding_lib.on_mesh(
-        mesh, target, target_params, drafter, prompt, lens)
+        mesh, target, target.params, drafter, prompt, lens)
+    decoder = decoder.replace(params=target_params)
   else:
     prompt, lens = jnp.asarray(prompt), jnp.asarray(lens)
-  args = (target_params, drafter, prompt, lens, jnp.asarray(max_new_tokens, jnp.int32),
+  args = (decoder, drafter, prompt, lens, jnp.asarray(max_new_tokens, jnp.int32),
           jax.random.PRNGKey(seed))
-  statics = dict(target_cfg=target.cfg, sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
-                 verifier=verifier or verify_row)
+  statics = dict(sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
+                 verifier=verifier or verify_row, tree=tree)
   with sharding_lib.mesh_context(mesh):
     compiled, compile_s = _compiled_run(args, statics)
     start = time.perf_counter()
@@ -202,7 +218,10 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   stats = SpecStats(k=k, new_tokens=n_tokens - lens, target_passes=host(state.target_passes),
                     draft_passes=host(state.draft_passes), rounds=host(state.rounds),
                     checked=host(state.checked), accepted=host(state.accepted),
-                    wall_time_s=wall, compile_time_s=compile_s)
+                    wall_time_s=wall, compile_time_s=compile_s,
+                    path_lengths=host(state.path_lengths), rank_hits=host(state.rank_hits),
+                    nodes_per_round=k if tree is None else tree.n_nodes,
+                    tree=None if tree is None else str(tree))
   texts = None
   if getattr(target, "tokenizer", None) is not None:
     texts = [target.decode(t, skip_special_tokens=True) for t in new]  # EOS stays in tokens

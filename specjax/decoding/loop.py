@@ -7,6 +7,9 @@ target scores [last final token, d_1..d_k] in one forward pass; `verify_batch`
 keeps the accepted prefix and adds the target's own token; each unfinished row
 gains 1 to k+1 tokens. With no drafter (k = 0) a round is one autoregressive step.
 Everything stays on device: no host round trip per token or per round.
+The target is reached only through the model interface (`specjax.models.interface`).
+With a token tree (`tree=`, see `specjax.decoding.tree`) a round verifies N drafted
+nodes in one pass instead (`tree_round`), then continues as the chain does.
 """
 from __future__ import annotations
 
@@ -18,19 +21,11 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
+from specjax.decoding import tree as tree_lib
 from specjax.decoding.drafters import DraftContext, NoDrafter  # NoDrafter: re-exported
 from specjax.decoding.verify import verify_batch, verify_row
-from specjax.models import KVCache, ModelConfig, forward_hidden, head
-
-
-def _target_hidden(target_params, target_cfg, tokens, cache, drafter):
-  """A target pass -> (last hidden [B, T, D], cache, what the drafter reads: the last hidden,
-  or the concatenated outputs of its static `feature_layers` [B, T, L*D])."""
-  layers = getattr(drafter, "feature_layers", None)
-  if layers is None:
-    hidden, cache = forward_hidden(target_params, target_cfg, tokens, cache)
-    return hidden, cache, hidden
-  return forward_hidden(target_params, target_cfg, tokens, cache, collect=tuple(layers))
+from specjax.models import KVCache
+from specjax.models.interface import Decoder
 
 
 @flax.struct.dataclass
@@ -45,7 +40,9 @@ class LoopState:
   Counters, per row: target_passes (prefill included), draft_passes, rounds
   (verify passes while unfinished), checked[:, i] / accepted[:, i] = how often
   draft position i was reached by verification and kept / accepted and kept
-  (exact definitions in `specjax.decoding.stats`).
+  (exact definitions in `specjax.decoding.stats`); path_lengths[:, n] =
+  rounds that accepted n drafts; rank_hits[:, i, r] = rounds whose accepted node at
+  depth i + 1 was its parent's r-th child (a chain has one rank).
   """
   tokens: jax.Array
   n_tokens: jax.Array
@@ -58,6 +55,25 @@ class LoopState:
   rounds: jax.Array
   checked: jax.Array
   accepted: jax.Array
+  path_lengths: jax.Array
+  rank_hits: jax.Array
+
+
+def feature_layers(drafter) -> Any:
+  """The target layers whose outputs a drafter reads (EAGLE-3 style), or None: the last
+  hidden state."""
+  layers = getattr(drafter, "feature_layers", None)
+  return None if layers is None else tuple(layers)
+
+
+def _target_pass(target, drafter, tokens, cache, prefill_args=None):
+  """A chain pass (or the prefill) -> (last hidden [B, T, D], cache, what the drafter reads:
+  the last hidden, or its `feature_layers`' outputs concatenated [B, T, L*D])."""
+  layers = feature_layers(drafter)
+  kw = {} if layers is None else {"collect": layers}
+  out = (target.prefill(tokens, *prefill_args, **kw) if prefill_args is not None
+         else target.step(tokens, None, None, cache, **kw))
+  return (out[0], out[1], out[0]) if layers is None else out
 
 
 def _finish(new_tokens, count, n_generated, max_new, eos_ids):
@@ -73,46 +89,62 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   return kept, done
 
 
-@functools.partial(jax.jit, static_argnames=("target_cfg", "sampling", "k", "eos_ids", "max_len",
-                                                  "verifier"))
-def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
-        key: jax.Array, *, target_cfg: ModelConfig, sampling: sampling_lib.SamplingParams, k: int,
-        eos_ids: tuple, max_len: int, verifier=verify_row) -> LoopState:
-  """Prefill and speculative rounds until every row is done. Returns the final state."""
+@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "max_len", "verifier",
+                                                  "tree", "target_cfg"))
+def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
+        key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+        max_len: int, verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
+  """Prefill and speculative rounds until every row is done. Returns the final state.
+
+  target: a decoder behind the model interface (`specjax.models.interface.Decoder`), or
+  a transformer's params with its `target_cfg`.
+  tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k; with a tree, a
+  verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
+  """
+  tree_rule = None if verifier is verify_row else verifier
+  if target_cfg is not None:
+    target = Decoder(params=target, cfg=target_cfg)
   b, p_len = prompt.shape
   rows = jnp.arange(b)
   key, prefill_key = jax.random.split(key)
 
   # Prefill: the whole prompt bucket at once; the first new token comes from the target.
-  cache = KVCache.init(target_cfg, b, max_len, target_params["embed"].dtype)
-  hidden, cache, feats = _target_hidden(target_params, target_cfg, prompt, cache, drafter)  # [B, P, D]
-  last = head(target_params, target_cfg, hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
+  hidden, cache, feats = _target_pass(target, drafter, prompt, None,
+                                      (prompt_lens, max_len))  # [B, P, D]
+  last = target.head(hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
   tokens = tokens.at[rows, prompt_lens].set(first)
   _, done = jax.vmap(lambda t: _finish(t[None], 1, 0, max_new, eos_ids))(first)
 
   state = LoopState(
-      tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache.with_lengths(prompt_lens),
-      draft_state=drafter.init(target_params, prompt, prompt_lens, max_len, feats), done=done,
+      tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache,
+      draft_state=drafter.init(target.params, prompt, prompt_lens, max_len, feats), done=done,
       key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
       rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
-      accepted=jnp.zeros((b, k), jnp.int32))
+      accepted=jnp.zeros((b, k), jnp.int32), path_lengths=jnp.zeros((b, k + 1), jnp.int32),
+      rank_hits=jnp.zeros((b, k, 1 if tree is None else tree.max_children), jnp.int32))
 
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
     active = ~s.done
-    ctx = DraftContext(target_params=target_params, target_cache=s.target_cache, tokens=s.tokens,
-                       n_tokens=s.n_tokens, target_cfg=target_cfg, k=k, sampling=sampling)
-    drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
+    ctx = DraftContext(target_params=target.params, target_cache=s.target_cache, tokens=s.tokens,
+                       n_tokens=s.n_tokens, target_cfg=target.cfg, k=k, sampling=sampling,
+                       target_model=target)
+    if tree is None:
+      drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
-    last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
-    hidden, cache, feats = _target_hidden(target_params, target_cfg,
-                                          jnp.concatenate([last, drafts], 1), cache, drafter)  # [B, k+1, D]
-    logits = head(target_params, target_cfg, hidden)
-    p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
-    n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
+      last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
+      hidden, cache, feats = _target_pass(target, drafter, jnp.concatenate([last, drafts], 1),
+                                          cache)  # [B, k+1, D]
+      logits = target.head(hidden)
+      p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
+      n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
+      ranks = jnp.zeros_like(drafts)
+    else:  # drafts, ranks: the accepted path's tokens and sibling ranks; feats: its features
+      drafts, ranks, n_acc, nxt, feats, draft_state, cache = tree_lib.tree_round(
+          target, drafter, s.draft_state, ctx, tree, draft_key, verify_key, tree_rule)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
     cand = jnp.where(jnp.arange(k + 1)[None] < n_acc[:, None],
@@ -137,6 +169,10 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
         rounds=s.rounds + active,
         # Only kept positions count: drafts that EOS / max_new cut were never emitted.
         checked=s.checked + act * (pos < kept[:, None]),
-        accepted=s.accepted + act * (pos < jnp.minimum(n_acc, kept)[:, None]))
+        accepted=s.accepted + act * (pos < jnp.minimum(n_acc, kept)[:, None]),
+        path_lengths=s.path_lengths + act * (jnp.arange(k + 1)[None] == n_acc[:, None]),
+        rank_hits=s.rank_hits + act[:, :, None] * (
+            (pos < n_acc[:, None])[:, :, None]
+            & (ranks[:, :, None] == jnp.arange(s.rank_hits.shape[2]))))
 
   return jax.lax.while_loop(lambda s: ~jnp.all(s.done), round_, state)

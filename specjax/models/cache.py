@@ -54,3 +54,22 @@ def write_rows(buf: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
   """Writes new[b] ([T, ...]) into buf[b] ([S, ...]) at slot starts[b], per row."""
   return jax.vmap(lambda b, x, s: jax.lax.dynamic_update_slice_in_dim(b, x, s, axis=0))(
       buf, new.astype(buf.dtype), starts)
+
+
+def gather_rows(buf: jax.Array, starts: jax.Array, src: jax.Array) -> jax.Array:
+  """Moves buf[b, starts[b] + src[b, i]] to slot starts[b] + i for i < T, per row.
+
+  buf [B, S, ...], starts [B], src [B, T] offsets with src[b, i] >= i (a tree's accepted
+  path: node ids in depth order), so no slot is read after it was written.
+  """
+  def row(b, s, o):
+    picked = jnp.take(b, s + o, axis=0, mode="clip")  # [T, ...]
+    return jax.lax.dynamic_update_slice_in_dim(b, picked, s, axis=0)
+  return jax.vmap(row)(buf, starts, src)
+
+
+def gather_path(cache: KVCache, starts: jax.Array, src: jax.Array) -> KVCache:
+  """`gather_rows` on every layer's keys and values (lengths untouched): after a tree
+  pass the accepted path lands in contiguous slots, so rollback by lengths holds."""
+  return cache.replace(k=tuple(gather_rows(x, starts, src) for x in cache.k),
+                       v=tuple(gather_rows(x, starts, src) for x in cache.v))

@@ -78,12 +78,15 @@ def _fc(params: dict, e: jax.Array, features: jax.Array) -> jax.Array:
 
 
 def feature_forward(params: dict, cfg: ModelConfig, features: jax.Array, next_tokens: jax.Array,
-                    cache: Optional[KVCache] = None):
+                    cache: Optional[KVCache] = None, positions: Optional[jax.Array] = None,
+                    mask: Optional[jax.Array] = None):
   """features [B, T, D] or [B, T, L*D] (f_j), next_tokens [B, T] (token j + 1) ->
-  (predicted features f_{j+1} [B, T, D], cache advanced by T)."""
-  positions = positions_for(cache, *next_tokens.shape)
+  (predicted features f_{j+1} [B, T, D], cache advanced by T).
+  positions [B, T] and mask [B, T, S] as in `transformer.forward_hidden` (token trees)."""
+  if positions is None:
+    positions = positions_for(cache, *next_tokens.shape)
   e = embed(params, cfg, next_tokens, positions)  # [B, T, D]
-  return blocks(params, cfg, _fc(params, e, features), positions, cache)
+  return blocks(params, cfg, _fc(params, e, features), positions, cache, mask=mask)
 
 
 def feature_forward_unrolled(params: dict, cfg: ModelConfig, features: jax.Array,

@@ -77,8 +77,9 @@ def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax
   return _dense(p["o"], out)
 
 
-def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
-  """Causal self-attention; returns the output and the layer's updated (k, v)."""
+def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths, mask=None):
+  """Self-attention, causal by position unless `mask` [B or 1, T, S] says which keys
+  each new token sees (a token tree); returns the output and the layer's updated (k, v)."""
   q, k, v = project_qkv(p, cfg, x, positions)
   if layer_kv is None:  # cache-free: attend within the sequence
     keys, values, key_pos = k, v, jnp.arange(x.shape[1])
@@ -87,7 +88,8 @@ def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
     values = write_rows(layer_kv[1], v, lengths)
     layer_kv = (keys, values)
     key_pos = jnp.arange(keys.shape[1])
-  mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, S]
+  if mask is None:
+    mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, S]
   return attend(p, cfg, q, keys, values, mask), layer_kv
 
 
@@ -115,11 +117,12 @@ def positions_for(cache: Optional[KVCache], b: int, t: int) -> jax.Array:
 
 def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
            cache: Optional[KVCache] = None, n_layers: Optional[int] = None,
-           collect: Optional[tuple] = None):
+           mask: Optional[jax.Array] = None, collect: Optional[tuple] = None):
   """The first `n_layers` blocks (all by default) over an embedded input x [B, T, D].
 
   Returns (hidden [B, T, D], cache) where the cache has advanced by T per row and
   holds updated entries for the layers that ran (the rest are returned untouched).
+  mask [B or 1, T, S]: the keys each new token attends to (default: causal by position).
   collect: layer indices whose outputs are also returned, concatenated in that order, as a
   third value [B, T, len(collect) * D] (EAGLE-3 style multi-layer features).
   """
@@ -131,7 +134,7 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
     p = params["layers"][i]
     layer_kv = None if cache is None else (cache.k[i], cache.v[i])
     attn, layer_kv = _attention(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions,
-                                layer_kv, lengths)
+                                layer_kv, lengths, mask)
     x = x + attn
     x = x + mlp(p["mlp"], cfg, norm(p["mlp_norm"], cfg, x))
     if cache is not None:
@@ -151,16 +154,20 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
 
 def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
                    cache: Optional[KVCache] = None, n_layers: Optional[int] = None,
+                   positions: Optional[jax.Array] = None, mask: Optional[jax.Array] = None,
                    collect: Optional[tuple] = None):
   """Embeds tokens [B, T] and runs the first `n_layers` blocks; no final norm.
 
   Returns (hidden [B, T, D], cache advanced by T), plus the collected layers' outputs
-  [B, T, len(collect) * D] when `collect` is given, as `blocks`.
+  [B, T, len(collect) * D] when `collect` is given, as `blocks`. positions [B, T]
+  (default: after the cache's lengths) and mask [B, T, S] (default: causal) let a
+  token tree be scored in one pass: nodes at length + depth seeing their ancestors.
   """
   cfg.check_window(tokens.shape[1] if cache is None else cache.max_len)
-  positions = positions_for(cache, *tokens.shape)
+  if positions is None:
+    positions = positions_for(cache, *tokens.shape)
   return blocks(params, cfg, embed(params, cfg, tokens, positions), positions, cache, n_layers,
-                collect)
+                mask=mask, collect=collect)
 
 
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
