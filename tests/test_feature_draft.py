@@ -287,7 +287,7 @@ def test_multi_layer_draft_greedy_equals_target_alone():
 
 
 def test_multi_layer_draft_sampling_is_exact():
-  """Chi-square of the first three sampled tokens against exact enumeration (the helpers and
+  """Chi-square of the first sampled tokens (two rounds, a bonus, a rollback) against exact enumeration (the helpers and
   negative control of tests/test_exact_sampling.py) for a draft over both target layers."""
   import dataclasses as dc
   import test_exact_sampling as ex
@@ -297,8 +297,9 @@ def test_multi_layer_draft_sampling_is_exact():
                                                           params["fc_layers"]["kernel"].shape)
   draft = dc.replace(ex.DRAFT, cfg=cfg, params=params)
   sampling = SamplingParams(1.0)
-  fails, stat, df = ex.chi_square_fails(ex.sampled_joint(sampling, 2, draft=draft),
-                                        ex.exact_joint(sampling))
+  counts, stats = ex.sampled_joint(sampling, 2, draft=draft)
+  ex.assert_rounds_covered(stats, 2)
+  fails, stat, df = ex.chi_square_fails(counts, ex.exact_joint(sampling, ex.NEW_TOKENS[2]))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 

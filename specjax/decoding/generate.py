@@ -159,7 +159,7 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   drafter = resolve_drafter(draft, target)
   k = 0 if draft is None else int(k)
   auto = isinstance(tree, str) and tree == "auto"
-  tree = tree_lib.resolve_tree(None if auto else tree, k, draft is not None or not auto)
+  tree = tree_lib.resolve_tree(None if auto else tree, k, draft is not None)
   prompt_ids = _encode_prompts(target, prompts, chat)
   if auto:
     if draft is None:
@@ -181,7 +181,7 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
         f"{target.cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
   bucket = prompt_bucket(longest)
   max_len = _round_up(max(bucket, longest + max_new_tokens + width + 2), 128)
-  if target.cfg.sliding_window:  # the cache must fit the window (where it is a no-op)
+  if getattr(target.cfg, "sliding_window", None):  # the cache must fit the window (a no-op there)
     max_len = min(max_len, target.cfg.sliding_window)
     target.cfg.check_window(max(bucket, longest + max_new_tokens + width + 2))
 
