@@ -120,7 +120,10 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
     active = ~s.done
     ctx = DraftContext(target=target, target_cache=s.target_cache, tokens=s.tokens,
                        n_tokens=s.n_tokens, k=k, sampling=sampling)
-    if tree is None:
+    if hasattr(drafter, "round"):  # a drafter that owns the verify pass (lookahead)
+      drafts, n_acc, nxt, hidden, draft_state, cache = drafter.round(
+          target, s.draft_state, ctx, draft_key, verify_key)
+    elif tree is None:
       drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
       last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
