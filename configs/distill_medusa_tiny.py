@@ -19,10 +19,10 @@ def get_config():
   c.medusa = ml_collections.ConfigDict(dict(n_heads=3, n_layers=1, head_vocab_size=0, init_std=0.0,
                                             decay=0.8))
   c.data = ml_collections.ConfigDict(dict(temperatures=(1.0, 0.0), max_new_tokens=16, seq_len=32,
-                                          sample_batch_size=16, trim_multiple=0))
+                                          sample_batch_size=16))
   c.optim = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=5, end_lr_fraction=0.1,
                                            weight_decay=0.0, clip_norm=1.0, b1=0.9, b2=0.98))
-  c.batch_size = 16
+  c.batch_size = 64  # position examples per step
   c.num_steps = 60
   c.log_every = 5
   c.ckpt_every = 20

@@ -6,10 +6,12 @@ Axes: B batch, L sequence length, K heads, N head support, D target width.
 
 Data: the target's own continuations of the training prompts (`data.temperatures`, 0 =
 greedy), sampled once with `specjax.training.data.sample_pool`, and the target's hidden
-states over them (`data.target_features`), both cached in workdir/data. Loss (Medusa-1,
-Cai et al. 2024): head i's cross-entropy against the target's token t + 2 + i at every
-position t whose label is a sampled token (and in the head's support), weighted by
-decay**i and summed over heads. Optimiser: AdamW (optax) with warm-up and cosine decay.
+states over them (`data.target_features`), both cached in workdir/data. A head reads one
+position's hidden state and nothing else, so the pools are flattened into position
+examples (`position_examples`: the feature at t and the tokens t + 2 .. t + 1 + K) and
+batches are drawn from those. Loss (Medusa-1, Cai et al. 2024): head i's cross-entropy
+against the target's token t + 2 + i wherever that token was sampled (and lies in the
+head's support), weighted by decay**i and summed over heads. Optimiser: AdamW (optax) with warm-up and cosine decay.
 Checkpoints: orbax (`specjax.training.checkpoints.Checkpointer`), the latest for resuming
 and the best held-out engine alpha. The batch at step s is a pure function of (seed, s)
 and the pools are cached, so a resumed run equals an uninterrupted one.
@@ -59,32 +61,47 @@ def make_optimizer(optim, total_steps: int):
 
 def medusa_loss(params: dict, cfg: medusa_lib.MedusaConfig, target_params: dict, target_cfg,
                 kernel: jax.Array, batch: dict, decay: float):
-  """Medusa-1 loss on a batch {"features" [B, L, D], "tokens" [B, L], "mask" [B, L]}.
+  """Medusa-1 loss on position examples {"features" [B, D], "labels" [B, K], "valid" [B, K]}.
 
-  mask[t] = 1 where token t + 1 was sampled from the target, so head i's label at t,
-  token t + 2 + i, counts where mask[t + 1 + i] = 1. Returns (loss, {"ce_h{i}", "acc_h{i}"}).
+  Returns (loss, {"ce_h{i}", "acc_h{i}", "n_h{i}"}): per-head cross-entropy, top-1
+  accuracy and the number of labels counted.
   """
   logits = medusa_lib.support_logits(params, target_params, target_cfg,
-                                     batch["features"].astype(jnp.float32), kernel)  # [B, L, K, N]
+                                     batch["features"].astype(jnp.float32), kernel)  # [B, K, N]
   if "head_vocab" in params:
     index = jnp.full((target_cfg.vocab_size,), -1, jnp.int32).at[params["head_vocab"]].set(
         jnp.arange(params["head_vocab"].shape[0], dtype=jnp.int32))
   else:
     index = jnp.arange(target_cfg.vocab_size, dtype=jnp.int32)
-  length = batch["tokens"].shape[1]
+  logp = jax.nn.log_softmax(logits, -1)
+  label = index[batch["labels"]]  # [B, K] support positions, -1 outside
+  valid = batch["valid"] * (label >= 0)
+  picked = jnp.take_along_axis(logp, jnp.maximum(label, 0)[..., None], -1)[..., 0]  # [B, K]
+  hit = (jnp.argmax(logp, -1) == label) * valid
   total, parts = 0.0, {}
   for i in range(cfg.n_heads):
-    span = length - 2 - i
-    logp = jax.nn.log_softmax(logits[:, :span, i], -1)  # [B, span, N]
-    label = index[batch["tokens"][:, 2 + i:]]  # [B, span]
-    valid = batch["mask"][:, 1 + i:1 + i + span] * (label >= 0)
-    picked = jnp.take_along_axis(logp, jnp.maximum(label, 0)[..., None], -1)[..., 0]
-    n = jnp.maximum(valid.sum(), 1.0)
-    ce = -(picked * valid).sum() / n
-    acc = ((jnp.argmax(logp, -1) == label) * valid).sum() / n
+    n = jnp.maximum(valid[:, i].sum(), 1.0)
+    ce = -(picked[:, i] * valid[:, i]).sum() / n
     total = total + decay ** i * ce
-    parts[f"ce_h{i}"], parts[f"acc_h{i}"] = ce, acc
+    parts.update({f"ce_h{i}": ce, f"acc_h{i}": hit[:, i].sum() / n, f"n_h{i}": valid[:, i].sum()})
   return total, parts
+
+
+def position_examples(pool: dict, n_heads: int) -> dict:
+  """A pool {"tokens", "mask", "features"} [N, L(, D)] -> position examples: at every
+  position t whose first label (token t + 2) was sampled, "features" [P, D] (h_t),
+  "labels" [P, K] (tokens t + 2 + i) and "valid" [P, K] (that token was sampled)."""
+  tokens, mask = pool["tokens"], pool["mask"]
+  n, length = tokens.shape
+  labels = np.zeros((n, length, n_heads), np.int32)
+  valid = np.zeros((n, length, n_heads), np.float32)
+  for i in range(n_heads):
+    span = length - 2 - i
+    if span > 0:
+      labels[:, :span, i] = tokens[:, 2 + i:]
+      valid[:, :span, i] = mask[:, 1 + i:1 + i + span]
+  keep = valid[:, :, 0] > 0
+  return {"features": pool["features"][keep], "labels": labels[keep], "valid": valid[keep]}
 
 
 _loss_jit = jax.jit(medusa_loss, static_argnums=(1, 3, 6))
@@ -160,19 +177,17 @@ def init_heads(config, target, pool: dict):
   return cfg, params
 
 
-def heldout_accuracy(params, cfg, target, kernel, pool: dict, batch_size: int = 8) -> list:
-  """Teacher-forced top-1 accuracy of each head on held-out target continuations."""
-  fn = lambda p, b: _loss_jit(p, cfg, target.params, target.cfg, kernel, b, 1.0)[1]
+def heldout_accuracy(params, cfg, target, kernel, examples: dict, batch_size: int = 512) -> list:
+  """Top-1 accuracy of each head on held-out position examples (the target's greedy tokens)."""
   hits, total = np.zeros(cfg.n_heads), np.zeros(cfg.n_heads)
-  for s in range(0, pool["tokens"].shape[0], batch_size):
-    batch = {k: v[s:s + batch_size] for k, v in pool.items()}
-    pad = batch_size - batch["tokens"].shape[0]
+  for s in range(0, examples["labels"].shape[0], batch_size):
+    batch = {k: v[s:s + batch_size] for k, v in examples.items()}
+    pad = batch_size - batch["labels"].shape[0]
     batch = {k: np.pad(v, [(0, pad)] + [(0, 0)] * (v.ndim - 1)) for k, v in batch.items()}
-    parts = jax.device_get(fn(params, batch))
-    for i in range(cfg.n_heads):  # weights: the labelled positions of head i
-      n = float((batch["mask"][:, 1 + i:batch["mask"].shape[1] - 1]).sum())
-      hits[i] += parts[f"acc_h{i}"] * n
-      total[i] += n
+    parts = jax.device_get(_loss_jit(params, cfg, target.params, target.cfg, kernel, batch, 1.0)[1])
+    for i in range(cfg.n_heads):
+      hits[i] += float(parts[f"acc_h{i}"]) * float(parts[f"n_h{i}"])
+      total[i] += float(parts[f"n_h{i}"])
   return (hits / np.maximum(total, 1)).tolist()
 
 
@@ -230,8 +245,11 @@ def train_medusa(config, workdir: str, target, train_prompts, heldout_prompts: S
   cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
   trainable, frozen = _split(params)
   kernel = medusa_lib.support_kernel(params, target.params, target.cfg)
-  held = target_pool(config, workdir, target, heldout_prompts, "heldout", jax.random.PRNGKey(0),
-                     log, temperatures=(0.0,))
+  examples = position_examples(pool, cfg.n_heads)
+  held = position_examples(target_pool(
+      config, workdir, target, data_lib.spread(heldout_prompts, ev.get("num_heldout_pool", 0)),
+      "heldout", jax.random.PRNGKey(0), log, temperatures=(0.0,)), cfg.n_heads)
+  log(f"{examples['labels'].shape[0]} training / {held['labels'].shape[0]} held-out positions.")
   eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
 
   tx, schedule = make_optimizer(config.optim, config.num_steps)
@@ -261,10 +279,9 @@ def train_medusa(config, workdir: str, target, train_prompts, heldout_prompts: S
     last = evaluate(0)
     _write(metrics_path, 0, last)
     log("step 0: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
-  n = pool["tokens"].shape[0]
+  n = examples["labels"].shape[0]
   for step in range(start, config.num_steps):
-    batch = data_lib.trim(data_lib.take(pool, data_lib.batch_indices(
-        config.seed, step, n, config.batch_size)), config.data.trim_multiple)
+    batch = data_lib.take(examples, data_lib.batch_indices(config.seed, step, n, config.batch_size))
     state, metrics = train_step(state, frozen, target.params, kernel, batch)
     done = step + 1
     if done % config.log_every == 0 or done == config.num_steps:
