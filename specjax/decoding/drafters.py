@@ -21,6 +21,7 @@ from typing import Any, Optional
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax import sampling as sampling_lib
 from specjax.decoding import tree as tree_lib
@@ -30,21 +31,22 @@ from specjax.models.interface import Decoder
 
 @flax.struct.dataclass
 class DraftContext:
-  """What a drafter may read each round."""
-  target: Any  # the model interface (a `Decoder` or a stub)
+  """What a drafter may read each round. Drafters reach the target through `target`
+  (the model interface); target_params/target_cfg are its weights and config."""
+  target_params: Any
   target_cache: KVCache
   tokens: jax.Array  # [B, S] token buffer
   n_tokens: jax.Array  # [B] final tokens per row
+  target_cfg: Any = flax.struct.field(pytree_node=False)
   k: int = flax.struct.field(pytree_node=False)
   sampling: sampling_lib.SamplingParams = flax.struct.field(pytree_node=False)
+  target_model: Any = None  # the interface object (default: a `Decoder` of the above)
 
   @property
-  def target_params(self):
-    return self.target.params
-
-  @property
-  def target_cfg(self):
-    return self.target.cfg
+  def target(self):
+    if self.target_model is not None:
+      return self.target_model
+    return Decoder(params=self.target_params, cfg=self.target_cfg)
 
 
 def _rows_slice(tokens: jax.Array, starts: jax.Array, size: int) -> jax.Array:
@@ -294,11 +296,56 @@ class NgramDrafter:
     q = jax.nn.one_hot(drafts, ctx.target.vocab_size, dtype=jnp.float32)
     return drafts, q, state, ctx.target_cache
 
+  def propose_tree(self, state, ctx: DraftContext, tree, key):
+    """Several earlier matches as branches: node i follows match `branch_ids[i]`."""
+    del key
+    if tree.kind != "static":
+      raise ValueError("n-gram drafts expand static trees only (e.g. tree='static:3,1,1').")
+    branch, depths = tree.branch_ids(), np.asarray(tree.depths)
+    conts = jax.vmap(lambda row, n: _ngram_candidates(row, n, self.n, ctx.k, int(branch.max()) + 1))(
+        ctx.tokens, ctx.n_tokens)  # [B, M, k]
+    tokens = jnp.concatenate([_last(ctx)[:, None], conts[:, branch[1:], depths[1:] - 1]], axis=1)
+    b, n1 = tokens.shape
+    draft = tree_lib.TreeDraft(
+        tokens=tokens, parents=jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32), (b, n1)),
+        depths=jnp.broadcast_to(jnp.asarray(depths, jnp.int32), (b, n1)),
+        q=jax.nn.one_hot(tokens, ctx.target.vocab_size, dtype=jnp.float32).at[:, 0].set(0.0))
+    return draft, state, ctx.target_cache
+
   def commit(self, state, n_tokens, hidden):
     return state
 
   def passes_per_round(self, k: int) -> int:
     return 0
+
+
+def _ngram_candidates(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int,
+                      m: int) -> jax.Array:
+  """row [S], n_tokens scalar -> [m, k]: the continuations of the m best earlier matches
+  (longest suffix match first, then latest; one per continuation start), the last
+  token repeated where there are fewer; m = 1 is `_ngram_row`."""
+  s = row.shape[0]
+  starts = jnp.arange(s)
+  score = jnp.full((s,), -1, jnp.int32)
+  size_at = jnp.zeros((s,), jnp.int32)
+  for size in range(max_n, 0, -1):
+    tail = jax.lax.dynamic_slice_in_dim(row, jnp.maximum(n_tokens - size, 0), size)  # [size]
+    windows = jnp.stack([jnp.roll(row, -t) for t in range(size)], axis=1)  # [S, size]
+    ok = jnp.all(windows == tail[None, :], axis=1) & (starts + size < n_tokens) \
+        & (n_tokens >= size)
+    sc = jnp.where(ok, size * s + starts, -1)
+    better = sc > score
+    score, size_at = jnp.where(better, sc, score), jnp.where(better, size, size_at)
+  # Matches continuing from the same place propose the same tokens: keep the best one.
+  conts = jnp.clip(starts + size_at, 0, s - 1)
+  best = jnp.full((s,), -1, jnp.int32).at[conts].max(score)
+  score = jnp.where(best[conts] == score, score, -1)
+  top, j = jax.lax.top_k(score, m)  # [m]
+  cont = j + size_at[j]
+  period = jnp.maximum(n_tokens - cont, 1)
+  src = cont[:, None] + jnp.arange(k)[None] % period[:, None]  # [m, k]
+  fallback = row[jnp.maximum(n_tokens - 1, 0)]
+  return jnp.where((top >= 0)[:, None], row[jnp.clip(src, 0, s - 1)], fallback).astype(jnp.int32)
 
 
 def _ngram_row(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int) -> jax.Array:

@@ -128,10 +128,12 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   target: a loaded model or a source for `load_model`. prompts: a string, token ids,
   or a list of either (rows may differ in length). chat: apply the chat template.
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule
-  with the signature of `verify_row`, for studies of other rules (default: exact).
+  with the signature of `verify_row` (with a tree: of `tree.verify_tree_row`), for
+  studies of other rules (default: exact).
   tree: None (a chain of k drafts), "static:4,2,2,1" (branching per depth; k entries),
-  "dynamic:N" (EAGLE-2: the best N of the draft's top candidates) or a `TreeSpec`;
-  see `specjax.decoding.tree`.
+  "dynamic:N" (EAGLE-2: the best N of the draft's top candidates), a `TreeSpec`, or
+  "auto" (the static tree of most expected tokens/s from a short calibration and
+  measured pass costs, printed; see `specjax.decoding.tree_auto`).
   """
   if isinstance(target, str):
     from specjax.loading import load_model
@@ -143,8 +145,14 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     raise ValueError(f"k (tokens drafted per round) must be an integer >= 1, got {k!r}.")
   drafter = resolve_drafter(draft, target)
   k = 0 if draft is None else int(getattr(drafter, "fixed_k", k))  # lookahead: k = N - 1
-  tree = tree_lib.resolve_tree(tree, k, draft is not None)
+  auto = isinstance(tree, str) and tree == "auto"
+  tree = tree_lib.resolve_tree(None if auto else tree, k, draft is not None or not auto)
   prompt_ids = _encode_prompts(target, prompts, chat)
+  if auto:
+    if draft is None:
+      raise ValueError("tree='auto' needs a drafter: pass draft= as well.")
+    from specjax.decoding.tree_auto import auto_tree
+    tree = auto_tree(target, drafter, k, prompt_ids, sampling)
 
   longest = max(len(p) for p in prompt_ids)
   width = k if tree is None else tree.slots - 1  # draft slots one round writes
@@ -185,7 +193,11 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   stats = SpecStats(k=k, new_tokens=n_tokens - lens, target_passes=np.asarray(state.target_passes),
                     draft_passes=np.asarray(state.draft_passes), rounds=np.asarray(state.rounds),
                     checked=np.asarray(state.checked), accepted=np.asarray(state.accepted),
-                    wall_time_s=wall, compile_time_s=compile_s)
+                    wall_time_s=wall, compile_time_s=compile_s,
+                    path_lengths=np.asarray(state.path_lengths),
+                    rank_hits=np.asarray(state.rank_hits),
+                    nodes_per_round=k if tree is None else tree.n_nodes,
+                    tree=None if tree is None else str(tree))
   texts = None
   if getattr(target, "tokenizer", None) is not None:
     texts = [target.decode(t, skip_special_tokens=True) for t in new]  # EOS stays in tokens

@@ -129,8 +129,9 @@ class LookaheadDrafter:
   def round(self, target, state: LookaheadState, ctx, draft_key, verify_key):
     """One pass: verify the pooled n-grams of the last token and advance the window.
 
-    Returns (path tokens [B, M], n_acc [B], next [B], the target's features along the
-    path [B, M + 1, D], state, cache) like `tree.tree_round`.
+    Returns (path tokens [B, M], their ranks (zeros: counted as a chain), n_acc [B],
+    next [B], the target's features along the path [B, M + 1, D], state, cache) like
+    `tree.tree_round`.
     """
     del draft_key
     m, w, g = self.ngram - 1, self.window, self.candidates
@@ -168,7 +169,9 @@ class LookaheadDrafter:
     grams = jnp.concatenate([state.window, new[:, None]], 1)  # [B, N, W]: column j an n-gram
     pool, ptr = jax.vmap(functools.partial(_insert, g=g))(state.pool, state.ptr, grams)
     window = jnp.concatenate([state.window[:, 1:], new[:, None]], 1)
-    return drafts, n_acc, nxt, path_hidden, LookaheadState(window=window, pool=pool, ptr=ptr), cache
+    ranks = jnp.zeros_like(drafts)  # the loop's rank counters are sized for a chain
+    return (drafts, ranks, n_acc, nxt, path_hidden,
+            LookaheadState(window=window, pool=pool, ptr=ptr), cache)
 
   def commit(self, state, n_tokens, hidden):
     return state

@@ -57,7 +57,9 @@ class LoopState:
   key: PRNG key, split every round.
   Counters, per row: target_passes (prefill included), draft_passes, rounds
   (verify passes while unfinished), checked[:, i] / accepted[:, i] = how often
-  draft position i was reached by verification / accepted.
+  draft position i was reached by verification / accepted; path_lengths[:, n] =
+  rounds that accepted n drafts; rank_hits[:, i, r] = rounds whose accepted node at
+  depth i + 1 was its parent's r-th child (a chain has one rank).
   """
   tokens: jax.Array
   n_tokens: jax.Array
@@ -70,6 +72,8 @@ class LoopState:
   rounds: jax.Array
   checked: jax.Array
   accepted: jax.Array
+  path_lengths: jax.Array
+  rank_hits: jax.Array
 
 
 def _finish(new_tokens, count, n_generated, max_new, eos_ids):
@@ -93,8 +97,10 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   """Prefill and speculative rounds until every row is done. Returns the final state.
 
   target: a decoder behind the model interface (`specjax.models.interface.Decoder`).
-  tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k.
+  tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k; with a tree, a
+  verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
   """
+  tree_rule = None if verifier is verify_row else verifier
   b, p_len = prompt.shape
   rows = jnp.arange(b)
   key, prefill_key = jax.random.split(key)
@@ -113,15 +119,17 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
       key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
       rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
-      accepted=jnp.zeros((b, k), jnp.int32))
+      accepted=jnp.zeros((b, k), jnp.int32), path_lengths=jnp.zeros((b, k + 1), jnp.int32),
+      rank_hits=jnp.zeros((b, k, 1 if tree is None else tree.max_children), jnp.int32))
 
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
     active = ~s.done
-    ctx = DraftContext(target=target, target_cache=s.target_cache, tokens=s.tokens,
-                       n_tokens=s.n_tokens, k=k, sampling=sampling)
+    ctx = DraftContext(target_params=target.params, target_cache=s.target_cache, tokens=s.tokens,
+                       n_tokens=s.n_tokens, target_cfg=target.cfg, k=k, sampling=sampling,
+                       target_model=target)
     if hasattr(drafter, "round"):  # a drafter that owns the verify pass (lookahead)
-      drafts, n_acc, nxt, hidden, draft_state, cache = drafter.round(
+      drafts, ranks, n_acc, nxt, hidden, draft_state, cache = drafter.round(
           target, s.draft_state, ctx, draft_key, verify_key)
     elif tree is None:
       drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
@@ -132,9 +140,10 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
       logits = target.head(hidden)
       p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
       n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
-    else:  # drafts: the accepted path's tokens, hidden: its target features
-      drafts, n_acc, nxt, hidden, draft_state, cache = tree_lib.tree_round(
-          target, drafter, s.draft_state, ctx, tree, draft_key, verify_key)
+      ranks = jnp.zeros_like(drafts)
+    else:  # drafts, ranks: the accepted path's tokens and sibling ranks; hidden: its features
+      drafts, ranks, n_acc, nxt, hidden, draft_state, cache = tree_lib.tree_round(
+          target, drafter, s.draft_state, ctx, tree, draft_key, verify_key, tree_rule)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
     cand = jnp.where(jnp.arange(k + 1)[None] < n_acc[:, None],
@@ -158,6 +167,10 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
         draft_passes=s.draft_passes + active * drafter.passes_per_round(k),
         rounds=s.rounds + active,
         checked=s.checked + act * (pos <= n_acc[:, None]),
-        accepted=s.accepted + act * (pos < n_acc[:, None]))
+        accepted=s.accepted + act * (pos < n_acc[:, None]),
+        path_lengths=s.path_lengths + act * (jnp.arange(k + 1)[None] == n_acc[:, None]),
+        rank_hits=s.rank_hits + act[:, :, None] * (
+            (pos < n_acc[:, None])[:, :, None]
+            & (ranks[:, :, None] == jnp.arange(s.rank_hits.shape[2]))))
 
   return jax.lax.while_loop(lambda s: ~jnp.all(s.done), round_, state)

@@ -31,6 +31,20 @@ class SpecStats:
   accepted: np.ndarray  # [B, k] draft position i accepted
   wall_time_s: float = 0.0  # device run time, compile excluded
   compile_time_s: float = 0.0
+  path_lengths: Optional[np.ndarray] = None  # [B, k+1] rounds that accepted n drafts
+  rank_hits: Optional[np.ndarray] = None  # [B, k, R] accepted node at depth i+1 had rank r
+  nodes_per_round: int = 0  # draft nodes verified per round (k for a chain)
+  tree: Optional[str] = None  # the token tree, None for a chain
+
+  @property
+  def per_rank_acceptance(self) -> Optional[list]:
+    """[k][R]: P(the r-th child is accepted | its depth was reached and ranks < r were
+    rejected), over the run (None where never tried)."""
+    if self.rank_hits is None:
+      return None
+    hits = self.rank_hits.sum(0).astype(float)  # [k, R]
+    tried = self.checked.sum(0)[:, None] - np.cumsum(hits, axis=1) + hits
+    return [[float(h / t) if t else None for h, t in zip(hr, tr)] for hr, tr in zip(hits, tried)]
 
   @property
   def acceptance_rate(self) -> float:
@@ -76,7 +90,11 @@ class SpecStats:
          "tokens_per_pass": _nan_none(self.tokens_per_pass),
          "closed_form_tokens_per_pass": self.closed_form_tokens_per_pass,
          "wall_time_s": self.wall_time_s, "compile_time_s": self.compile_time_s,
-         "tokens_per_s": _nan_none(self.tokens_per_s)}
+         "tokens_per_s": _nan_none(self.tokens_per_s), "tree": self.tree,
+         "nodes_per_round": self.nodes_per_round}
+    if self.path_lengths is not None:
+      d["path_lengths"] = self.path_lengths.sum(0).tolist()
+      d["per_rank_acceptance"] = self.per_rank_acceptance
     if per_row:
       d["rows"] = [self.row(b) for b in range(len(self.new_tokens))]
     return d

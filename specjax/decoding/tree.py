@@ -111,6 +111,13 @@ class TreeSpec:
       return max(self.n_nodes + 1, 1 + (self.depth - 1) * self.beam)
     return self.n_nodes + 1
 
+  @property
+  def max_children(self) -> int:
+    """The most children of one node (ranks 0 .. max_children - 1)."""
+    if self.kind == "dynamic":
+      return self.beam
+    return max(self.parents[1:].count(a) for a in set(self.parents[1:]))
+
   # Static trees: per-depth layout for drafting.
   def level(self, d: int):
     """Nodes of depth d as a range, their parents' offsets within depth d - 1, their ranks."""
@@ -123,6 +130,18 @@ class TreeSpec:
       seen[a] = rank[-1] + 1
     return (nodes[0], nodes[-1] + 1, np.array([prev.index(self.parents[i]) for i in nodes]),
             np.array(rank))
+
+  def branch_ids(self) -> np.ndarray:
+    """[N1] a branch number per node, distinct among siblings (the sum of the ranks on
+    its path): which of several candidate continuations (n-gram matches) it follows."""
+    ids = [0]
+    seen = {}
+    for i in range(1, self.n_nodes + 1):
+      a = self.parents[i]
+      rank = seen.get(a, 0)
+      seen[a] = rank + 1
+      ids.append(ids[a] + rank)
+    return np.array(ids)
 
   def __str__(self) -> str:
     if self.kind == "dynamic":
@@ -177,6 +196,14 @@ def ancestors(parents: jax.Array, depth: int) -> jax.Array:
     anc = anc | jax.nn.one_hot(cur, n1, dtype=bool)
     cur = jnp.take_along_axis(parents, cur, axis=-1)
   return anc
+
+
+def sibling_ranks(parents: jax.Array) -> jax.Array:
+  """parents [B, N1] -> [B, N1]: how many earlier nodes share each node's parent."""
+  n1 = parents.shape[-1]
+  same = parents[:, :, None] == parents[:, None, :]  # [B, N1, N1]
+  earlier = (jnp.arange(n1)[None, :] < jnp.arange(n1)[:, None]) & (jnp.arange(n1) > 0)[None]
+  return jnp.sum(same & earlier, axis=-1).astype(jnp.int32)
 
 
 def tree_mask(prefix: jax.Array, anc: jax.Array, n_slots: int) -> jax.Array:
@@ -304,11 +331,14 @@ def _expand_dynamic(tree: TreeSpec, root, root_logits, carry, feed, key):
 
 
 def verify_tree_row(tokens: jax.Array, parents: jax.Array, q: jax.Array, p: jax.Array,
-                    key: jax.Array, depth: int, residual_update: bool = True):
+                    key: jax.Array, depth: int, residual_update: bool = True,
+                    draw_from_residual: bool = True):
   """One row: tokens, parents [N1], q [N1, V], p [N1, V] (the target at every node), key
   -> (path [depth + 1] node ids (root first; unused entries 0), n_accepted, next token).
 
-  residual_update=False is a deliberately wrong rule (the negative control of the tests).
+  residual_update=False (siblings tried against p, not the residual) and
+  draw_from_residual=False (the next token drawn from p after every child failed) are
+  deliberately wrong rules: the negative controls of the tests.
   """
   n1 = tokens.shape[0]
   key_accept, key_next = jax.random.split(key)
@@ -330,7 +360,9 @@ def verify_tree_row(tokens: jax.Array, parents: jax.Array, q: jax.Array, p: jax.
     return (jnp.where(accept, j, cur), n + accept, residual, path), None
 
   init = (jnp.int32(0), jnp.int32(0), p[0], jnp.zeros((depth + 1,), jnp.int32))
-  (_, n, residual, path), _ = jax.lax.scan(visit, init, jnp.arange(1, n1))
+  (cur, n, residual, path), _ = jax.lax.scan(visit, init, jnp.arange(1, n1))
+  if not draw_from_residual:
+    residual = p[cur]
   return path, n, sampling_lib.sample(key_next, residual)
 
 
@@ -346,8 +378,9 @@ def tree_round(target, drafter, draft_state, ctx, tree: TreeSpec, draft_key, ver
                row_fn=None):
   """Draft a tree, score it in one target pass, verify it, gather the accepted path.
 
-  Returns (path tokens [B, k] (valid below n_acc), n_acc [B], next [B], the target's
-  features along the path [B, k+1, D], draft state, target cache) for the loop.
+  Returns (path tokens [B, k] and their ranks among their siblings [B, k] (valid below
+  n_acc), n_acc [B], next [B], the target's features along the path [B, k+1, D], draft
+  state, target cache) for the loop.
   """
   if not hasattr(drafter, "propose_tree"):
     raise ValueError(f"{type(drafter).__name__} does not draft token trees; use tree=None.")
@@ -362,4 +395,5 @@ def tree_round(target, drafter, draft_state, ctx, tree: TreeSpec, draft_key, ver
   cache = gather_path(cache, prefix, path)
   hidden = jnp.take_along_axis(hidden, path[:, :, None], axis=1)  # [B, k+1, D]
   drafts = jnp.take_along_axis(draft.tokens, path[:, 1:], axis=1)  # [B, k]
-  return drafts, n_acc, nxt, hidden, draft_state, cache
+  ranks = jnp.take_along_axis(sibling_ranks(draft.parents), path[:, 1:], axis=1)  # [B, k]
+  return drafts, ranks, n_acc, nxt, hidden, draft_state, cache

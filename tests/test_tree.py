@@ -1,0 +1,181 @@
+"""Token trees: specs, the ancestor-mask pass, path gathering, greedy exactness."""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax.decoding import tree as tree_lib
+from specjax.decoding import tree_auto
+from specjax.decoding.tree import TreeSpec
+from specjax.models import KVCache
+from specjax.models.cache import gather_path
+from specjax.models.interface import Decoder
+from specjax.training.draft import build_feature_draft
+from tiny_models import random_prompts, tiny
+
+TARGET = tiny("llama", seed=0)
+# A draft that agrees often but not always: the target with slightly perturbed weights.
+_noise = jax.tree.map(lambda x, k: x + 0.08 * jax.random.normal(k, x.shape, x.dtype),
+                      TARGET.params, jax.tree.unflatten(
+                          jax.tree.structure(TARGET.params),
+                          list(jax.random.split(jax.random.PRNGKey(9),
+                                                len(jax.tree.leaves(TARGET.params))))))
+PERTURBED = dataclasses.replace(TARGET, params=_noise, name="perturbed")
+_FCFG, _FPARAMS = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+                                      key=jax.random.PRNGKey(3), init_std=0.3)
+FEATURE = dataclasses.replace(TARGET, cfg=_FCFG, params=_FPARAMS, name="feature")
+
+
+def test_static_spec_shapes_and_errors():
+  t = TreeSpec.static((3, 2, 1))
+  assert t.n_nodes == 3 + 6 + 6 and t.depth == 3
+  assert t.parents[:5] == (0, 0, 0, 0, 1) and t.depths[-1] == 3
+  lo, hi, par, rank = t.level(2)
+  assert (lo, hi) == (4, 10) and par.tolist() == [0, 0, 1, 1, 2, 2]
+  assert rank.tolist() == [0, 1] * 3
+  assert tree_lib.parse_tree("static:4,2,2,1", 4).n_nodes == 4 + 8 + 16 + 16
+  with pytest.raises(ValueError, match="lists 3 branching factors but k=4"):
+    tree_lib.parse_tree("static:2,2,1", 4)
+  with pytest.raises(ValueError, match="Cannot read tree"):
+    tree_lib.parse_tree("bushy:3", 2)
+  with pytest.raises(ValueError, match="only 10 candidates"):
+    tree_lib.parse_tree("dynamic:11:2", 3)
+  with pytest.raises(ValueError, match="earlier node"):
+    TreeSpec.from_parents([0, 2, 1])
+  with pytest.raises(ValueError, match="needs a drafter"):
+    specjax.generate(TARGET, [[1, 2]], 3, tree="static:2")
+  with pytest.raises(ValueError, match="depth 2 but k=3"):
+    specjax.generate(TARGET, [[1, 2]], 3, draft=PERTURBED, k=3, tree=TreeSpec.static((2, 2)))
+
+
+def test_ancestor_mask():
+  t = TreeSpec.from_parents([0, 0, 1, 1, 2])  # nodes 1, 2 under the root; 3, 4 under 1; 5 under 2
+  anc = np.asarray(tree_lib.ancestors(jnp.asarray(t.parents)[None], t.depth))[0]
+  assert anc[5].nonzero()[0].tolist() == [0, 2, 5]
+  assert anc[3].nonzero()[0].tolist() == [0, 1, 3]
+  mask = np.asarray(tree_lib.tree_mask(jnp.array([4]), jnp.asarray(anc)[None], 12))[0]
+  assert mask[5].nonzero()[0].tolist() == [0, 1, 2, 3, 4, 6, 9]
+
+
+def test_tree_pass_matches_forward_along_each_branch():
+  """One pass over a tree with positions P + depth and the ancestor mask gives, at every
+  node, the logits of a plain causal forward over the prefix and that node's branch; and
+  gather_path moves a branch's cache entries to contiguous slots equal to a chain pass."""
+  for family in ("llama", "gpt2"):
+    model = tiny(family, seed=4)
+    dec = Decoder(model.params, model.cfg)
+    t = TreeSpec.static((2, 2))
+    prompt = jnp.array([[5, 9, 2, 7, 1, 0, 0, 0], [3, 4, 0, 0, 0, 0, 0, 0]])
+    lens = jnp.array([5, 2])
+    _, cache = dec.prefill(prompt, lens, 32)
+    toks = jnp.array([[1, 11, 12, 13, 14, 15, 16], [4, 21, 22, 23, 24, 25, 26]])
+    parents = jnp.broadcast_to(jnp.asarray(t.parents), (2, 7))
+    anc = tree_lib.ancestors(parents, t.depth)
+    depths = jnp.asarray(t.depths)[None]
+    hidden, tcache = dec.step(toks, lens[:, None] + depths, tree_lib.tree_mask(lens, anc, 32), cache)
+    logits = np.asarray(dec.head(hidden))
+    for b in range(2):
+      for node in range(7):
+        branch = [i for i in range(7) if anc[b, node, i]]
+        seq = list(np.asarray(prompt[b, :lens[b]])) + [int(toks[b, i]) for i in branch]
+        want = np.asarray(model.logits(jnp.asarray([seq])))[0, -1]
+        np.testing.assert_allclose(logits[b, node], want, atol=1e-4, rtol=1e-4)
+    path = jnp.array([[0, 2, 6], [0, 1, 3]])
+    moved = gather_path(tcache, lens, path)
+    chain_toks = jnp.take_along_axis(toks, path, 1)
+    _, chain = dec.step(chain_toks, None, None, cache)
+    for b in range(2):
+      sl = slice(int(lens[b]), int(lens[b]) + 3)
+      for layer in range(model.cfg.n_layers):
+        np.testing.assert_allclose(moved.k[layer][b, sl], chain.k[layer][b, sl], atol=1e-5)
+        np.testing.assert_allclose(moved.v[layer][b, sl], chain.v[layer][b, sl], atol=1e-5)
+
+
+CASES = [("perturbed", "static:3,2,1", 3), ("perturbed", "dynamic:10:3", 3),
+         ("perturbed", "static:2,2,2,2:sample", 4), ("feature", "static:3,2,1", 3),
+         ("feature", "dynamic:6", 2), ("early_exit:1", "static:2,2,1", 3),
+         ("early_exit:2", "dynamic:12", 4), ("ngram:2", "static:3,1,1", 3)]
+PROMPTS = random_prompts(5, TARGET.cfg.vocab_size, lo=1, hi=14, seed=3)  # ragged rows
+PROMPTS[1] = PROMPTS[1] * 3  # a repetitive row, so n-gram matches get accepted too
+
+
+@functools.lru_cache(maxsize=None)
+def _target_alone():
+  return specjax.generate(TARGET, PROMPTS, 20)
+
+
+@pytest.mark.parametrize("draft,tree,k", CASES)
+def test_tree_greedy_equals_target(draft, tree, k):
+  prompts = PROMPTS
+  base = _target_alone()
+  drafter = {"perturbed": PERTURBED, "feature": FEATURE}.get(draft, draft)
+  out = specjax.generate(TARGET, prompts, 20, draft=drafter, k=k, tree=tree)
+  assert out.tokens == base.tokens
+  assert out.stats.new_tokens.tolist() == [20] * 5
+  assert (out.stats.target_passes <= base.stats.target_passes).all()
+  if draft == "perturbed":  # a draft that agrees often: the tree gains over the chain
+    chain = specjax.generate(TARGET, prompts, 20, draft=drafter, k=k)
+    assert out.stats.tokens_per_pass > chain.stats.tokens_per_pass
+
+
+def test_auto_tree_choice():
+  """Expected tokens under per-rank acceptance, and the choice following the pass cost."""
+  accept = [[0.6, 0.5, 0.4, 0.3]] * 3
+  assert tree_auto.expected_tokens((1, 1, 1), accept) == pytest.approx(1 + 0.6 + 0.36 + 0.216)
+  # Two children at depth 1: 0.6 + 0.4 * 0.5 = 0.8 reach depth 1, each then a chain of 0.6.
+  assert tree_auto.expected_tokens((2, 1), accept) == pytest.approx(1 + 0.8 + 0.8 * 0.6)
+  flat = tree_auto.choose(accept, lambda t: 1.0, 0.0, 3, calibration=(4, 2, 2))
+  assert flat[0] == (4, 2, 2)  # passes cost the same whatever their size: the widest tree
+  steep = tree_auto.choose(accept, lambda t: float(t), 0.0, 3, calibration=(4, 2, 2))
+  assert steep[0] == (1, 1, 1)  # cost proportional to size: the chain
+
+
+@pytest.mark.parametrize("draft", ["perturbed", "feature", "early_exit:1"])
+def test_single_branch_tree_equals_chain(draft):
+  """A tree with one child per node is the chain: token for token, count for count,
+  greedy and sampled (the same random numbers are drawn in the same order)."""
+  drafter = {"perturbed": PERTURBED, "feature": FEATURE}.get(draft, draft)
+  prompts = random_prompts(4, TARGET.cfg.vocab_size, seed=2)
+  for temperature, children in ((0.0, "topk"), (1.0, "sample")):
+    chain = specjax.generate(TARGET, prompts, 16, draft=drafter, k=3, temperature=temperature,
+                             seed=5)
+    tree = specjax.generate(TARGET, prompts, 16, draft=drafter, k=3, temperature=temperature,
+                            seed=5, tree=TreeSpec.static((1, 1, 1), children))
+    assert tree.tokens == chain.tokens
+    for name in ("target_passes", "draft_passes", "rounds", "checked", "accepted"):
+      np.testing.assert_array_equal(getattr(tree.stats, name), getattr(chain.stats, name))
+
+
+def test_ngram_candidates():
+  from specjax.decoding.drafters import _ngram_candidates, _ngram_row
+  row = jnp.array([5, 6, 7, 8, 9, 1, 6, 7, 3, 5, 6, 7, 0, 0], jnp.int32)
+  got = np.asarray(_ngram_candidates(row, jnp.int32(12), 3, 3, 3))
+  # "5 6 7" matches at 0 (-> 8 9 1); "6 7" also at 6 (-> 3 5 6); "7" nowhere else.
+  assert got[0].tolist() == [8, 9, 1] and got[1].tolist() == [3, 5, 6]
+  assert got[2].tolist() == [7, 7, 7]  # no third match: the last token repeated
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    r = jnp.asarray(rng.integers(0, 4, 20), jnp.int32)
+    np.testing.assert_array_equal(_ngram_candidates(r, jnp.int32(15), 3, 4, 1)[0],
+                                  _ngram_row(r, jnp.int32(15), 3, 4))
+
+
+def _first_children_only(tokens, parents, q, p, key, depth):
+  """Verifies a tree with every node but its parents' first children masked out."""
+  keep = tree_lib.sibling_ranks(parents[None])[0] == 0
+  return tree_lib.verify_tree_row(tokens, jnp.where(keep, parents, -1), q, p, key, depth)
+
+
+def test_masked_tree_equals_chain():
+  """A 3,2,2 tree whose every branch but the top-ranked one is masked out in verification
+  is the greedy chain: token for token, count for count."""
+  chain = specjax.generate(TARGET, PROMPTS, 20, draft=PERTURBED, k=3)
+  tree = specjax.generate(TARGET, PROMPTS, 20, draft=PERTURBED, k=3, tree="static:3,2,2",
+                          verifier=_first_children_only)
+  assert tree.tokens == chain.tokens
+  for name in ("target_passes", "rounds", "checked", "accepted"):
+    np.testing.assert_array_equal(getattr(tree.stats, name), getattr(chain.stats, name))
