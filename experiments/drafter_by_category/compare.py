@@ -11,7 +11,9 @@ side by side in this process. Pass costs: c(T) / c(1), one target pass over T to
 (the setting's verify width: k + 1 for a chain, N + 1 for a tree, 1 + (G + W)(N - 1)
 for lookahead) against a 1-token step, timed on a cache holding one prompt; and the
 measured time of a whole round (drafting included) / c(1). Writes results.jsonl (one
-record per setting and category), table.md and by_category.png into --out.
+record per setting and category), meta.json (pass costs, skipped settings), table.md and
+by_category.png into --out; --append adds settings to an earlier run's records (e.g.
+drafters trained later), each still measured against the target alone of its own run.
 """
 import json
 import os
@@ -24,6 +26,8 @@ from ml_collections import config_flags
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Comparison config.", lock_config=True)
 flags.DEFINE_string("out", None, "Output folder.")
+flags.DEFINE_bool("append", False, "Keep the records of settings this run does not redo "
+                  "(each record's speedup is against the target alone of its own run).")
 flags.mark_flags_as_required(["config", "out"])
 
 
@@ -79,7 +83,7 @@ def main(argv):
   target = specjax.load_model(c.target)
   rows = pick_prompts(target, prompts_lib.select(c.prompts_source, 0, prompts_lib.parse_list(c.categories)), c.per_category, c.max_prompt_len)
   settings, drafters, skipped = [], {}, []
-  for label, draft, k, tree in parse_settings(c.settings):
+  for label, draft, k, tree in parse_settings(c.settings.replace("{medusa}", c.medusa)):
     try:
       d = resolve_drafter(draft, target)
       kk = int(getattr(d, "fixed_k", k)) if draft else 0
@@ -92,8 +96,15 @@ def main(argv):
   widths = [1] + [pass_width(drafters[l], k, t) for l, d, k, t in settings if d]
   longest = max(len(ids) for _, ids in rows)
   costs = pass_costs(target, widths, longest, -(-(2 * longest + c.max_new_tokens + max(widths)) // 128) * 128)
+  path = os.path.join(out_dir, "results.jsonl")
   records = []
-  with open(os.path.join(out_dir, "results.jsonl"), "w") as f:
+  if FLAGS.append and os.path.exists(path):
+    redo = {label for label, *_ in settings}
+    with open(path) as f:
+      records = [r for r in map(json.loads, f) if r["setting"] not in redo]
+  with open(path, "w") as f:
+    for r in records:
+      f.write(json.dumps(r) + "\n")
     for row, ids in rows:
       base = None
       for label, draft, k, spec in settings:
@@ -118,9 +129,16 @@ def main(argv):
         f.flush()
         print(f"{time.strftime('%H:%M:%S')} {row['category']:<11} {label:<22} "
               f"tokens/pass {rec['tokens_per_pass']:.2f} speedup {rec['speedup']:.2f}", flush=True)
-  with open(os.path.join(out_dir, "meta.json"), "w") as f:
-    json.dump({"config": json.loads(c.to_json()), "pass_costs_s": {str(k): v for k, v in costs.items()},
-               "skipped": skipped, "prompts": [r["id"] for r, _ in rows]}, f, indent=2)
+  meta_path = os.path.join(out_dir, "meta.json")
+  meta = {"runs": []}
+  if FLAGS.append and os.path.exists(meta_path):
+    with open(meta_path) as f:
+      meta = json.load(f)
+  meta["runs"].append({"config": json.loads(c.to_json()), "skipped": skipped,
+                       "pass_costs_s": {str(k): v for k, v in costs.items()},
+                       "prompts": [r["id"] for r, _ in rows], "finished": time.strftime("%H:%M:%S")})
+  with open(meta_path, "w") as f:
+    json.dump(meta, f, indent=2)
   write_table(records, out_dir)
   plot(records, out_dir)
 

@@ -13,8 +13,8 @@ SETTINGS = ";".join([
     "lm draft tree=smollm2-135m-draft-lm|3|static:2,2,1",
     "feature draft=smollm2-135m-draft|4",
     "feature draft tree=smollm2-135m-draft|3|static:2,2,1",
-    "medusa=medusa:smollm2-135m-medusa|4",
-    "medusa tree=medusa:smollm2-135m-medusa|3|static:3,2,1",
+    "medusa=medusa:{medusa}|4",
+    "medusa tree=medusa:{medusa}|3|static:3,2,1",
     "early exit=early_exit:6|3",
     "early exit tree=early_exit:6|3|static:2,2,1",
     "ngram=ngram:3|4",
@@ -25,7 +25,8 @@ SETTINGS = ";".join([
 def get_config():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
-  c.settings = SETTINGS  # "label=draft|k|tree;..."
+  c.settings = SETTINGS  # "label=draft|k|tree;..."; {medusa} is replaced by c.medusa
+  c.medusa = "smollm2-135m-medusa"  # Medusa heads: a registry name or an asset directory
   c.prompts_source = "heldout"
   c.categories = ""  # comma-separated; empty: all
   c.per_category = 1
