@@ -64,10 +64,11 @@ def medusa_joint(drafter, k, tree=None, verifier=None) -> np.ndarray:
   return counts
 
 
-@pytest.mark.parametrize("k,tree", [(2, None), (2, "static:2,2:sample"), (2, "static:3,2")])
+@pytest.mark.parametrize("k,tree", [(2, None), (2, "static:2,2:sample")])
 def test_sampling_is_exact(k, tree):
-  """Chain (each head sampled, q = its distribution) and trees (sampled or top-k
-  children from each head): the first three tokens follow the target's joint law."""
+  """Chain (each head sampled, q = its distribution) and a tree whose children are
+  samples from each head: the first three tokens follow the target's joint law.
+  (Top-k children are deterministic: the tree rule for them is tested in test_tree_sampling.)"""
   fails, stat, df = chi_square_fails(medusa_joint(heads_for(TARGET), k, tree),
                                      exact_joint(specjax.SamplingParams(1.0)))
   assert not fails, f"chi2={stat:.1f} with df={df}"
