@@ -95,15 +95,21 @@ def test_loop_with_stub_model_matches_closed_form():
 
 @pytest.mark.parametrize("tree", [None, "static:2,2,1", "dynamic:5"])
 def test_speculative_loop_with_stub_model(tree):
-  """The stub as its own (early-exit) draft: every draft is accepted, so each round gains
-  k + 1 tokens and the tokens still follow the closed form; an n-gram draft (chain) is
-  accepted only sometimes and must give the same tokens."""
+  """The stub as its own (early-exit) draft: the chain and a static tree (whose top-ranked
+  path is the draft's greedy chain) accept every draft, so each round gains k + 1 tokens,
+  and the tokens still follow the closed form. A dynamic tree keeps the best N nodes by
+  cumulative draft probability, which need not reach depth k; an n-gram draft (chain) is
+  accepted only sometimes: both must give the same tokens."""
   prompts = random_prompts(3, V, lo=2, hi=9, seed=5)
   want = [reference_greedy(p, 17) for p in prompts]
   out = specjax.generate(STUB, prompts, 17, draft="early_exit:1", k=3, tree=tree)
   assert out.tokens == want
-  assert out.stats.acceptance_rate == 1.0 and out.stats.tokens_per_pass == 4
-  assert out.stats.target_passes.tolist() == [1 + 4] * 3  # prefill + 16 / 4 rounds
+  hist = out.stats.path_lengths.sum(0)
+  assert hist.sum() == out.stats.rounds.sum()
+  assert (hist * np.arange(4)).sum() == out.stats.accepted.sum()
+  if tree is None or tree.startswith("static"):
+    assert out.stats.acceptance_rate == 1.0 and out.stats.tokens_per_pass == 4
+    assert out.stats.target_passes.tolist() == [1 + 4] * 3  # prefill + 16 / 4 rounds
   if tree is None:
     assert specjax.generate(STUB, prompts, 17, draft="ngram:2", k=3).tokens == want
 

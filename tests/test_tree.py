@@ -158,7 +158,7 @@ def test_ngram_candidates():
   assert got[0].tolist() == [8, 9, 1] and got[1].tolist() == [3, 5, 6]
   assert got[2].tolist() == [7, 7, 7]  # no third match: the last token repeated
   rng = np.random.default_rng(0)
-  for _ in range(5):
+  for _ in range(2):
     r = jnp.asarray(rng.integers(0, 4, 20), jnp.int32)
     np.testing.assert_array_equal(_ngram_candidates(r, jnp.int32(15), 3, 4, 1)[0],
                                   _ngram_row(r, jnp.int32(15), 3, 4))

@@ -25,6 +25,7 @@ from specjax.decoding import tree as tree_lib
 from specjax.decoding.drafters import DraftContext
 from specjax.decoding.verify import verify_batch, verify_row
 from specjax.models import KVCache
+from specjax.models.interface import Decoder
 
 
 @flax.struct.dataclass
@@ -90,17 +91,20 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
 
 
 @functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "max_len", "verifier",
-                                                  "tree"))
+                                                  "tree", "target_cfg"))
 def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
         key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
-        max_len: int, verifier=verify_row, tree=None) -> LoopState:
+        max_len: int, verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
   """Prefill and speculative rounds until every row is done. Returns the final state.
 
-  target: a decoder behind the model interface (`specjax.models.interface.Decoder`).
+  target: a decoder behind the model interface (`specjax.models.interface.Decoder`), or
+  a transformer's params with its `target_cfg`.
   tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k; with a tree, a
   verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
   """
   tree_rule = None if verifier is verify_row else verifier
+  if target_cfg is not None:
+    target = Decoder(params=target, cfg=target_cfg)
   b, p_len = prompt.shape
   rows = jnp.arange(b)
   key, prefill_key = jax.random.split(key)
