@@ -28,6 +28,8 @@ config_flags.DEFINE_config_file("config", None, "Comparison config.", lock_confi
 flags.DEFINE_string("out", None, "Output folder.")
 flags.DEFINE_bool("append", False, "Keep the records of settings this run does not redo "
                   "(each record's speedup is against the target alone of its own run).")
+flags.DEFINE_bool("report_only", False, "Only rewrite table.md and by_category.png from "
+                  "--out/results.jsonl (e.g. of a run stopped part way).")
 flags.mark_flags_as_required(["config", "out"])
 
 
@@ -80,6 +82,12 @@ def main(argv):
   from specjax.decoding.generate import resolve_drafter
   c, out_dir = FLAGS.config, FLAGS.out
   os.makedirs(out_dir, exist_ok=True)
+  if FLAGS.report_only:
+    with open(os.path.join(out_dir, "results.jsonl")) as f:
+      records = [json.loads(line) for line in f if line.strip()]
+    write_table(records, out_dir)
+    plot(records, out_dir)
+    return
   target = specjax.load_model(c.target)
   rows = pick_prompts(target, prompts_lib.select(c.prompts_source, 0, prompts_lib.parse_list(c.categories)), c.per_category, c.max_prompt_len)
   settings, drafters, skipped = [], {}, []
@@ -160,7 +168,8 @@ def write_table(records, out_dir):
   for l in labels:
     rs = [r for r in records if r["setting"] == l]
     r0 = rs[0]
-    lines.append(f"| {l} | {r0['k']} | {r0['tree'] or '-'} | {r0['pass_tokens']} | "
+    tree = (r0["tree"] or "-").replace("static tree of ", "").split(", topk")[0]
+    lines.append(f"| {l} | {r0['k']} | {tree} | {r0['pass_tokens']} | "
                  f"{_f(r0['pass_cost'])} | {_f(_mean([r['round_cost'] for r in rs]))} | "
                  f"{_f(_mean([r['alpha'] for r in rs]))} | "
                  f"{_f(_mean([r['tokens_per_pass'] for r in rs]))} | "
@@ -170,8 +179,8 @@ def write_table(records, out_dir):
   for l in labels:
     cells = []
     for cat in cats:
-      r = next(r for r in records if r["setting"] == l and r["category"] == cat)
-      cells.append(f"{r['tokens_per_pass']:.2f} ({r['speedup']:.2f}x)")
+      r = next((r for r in records if r["setting"] == l and r["category"] == cat), None)
+      cells.append("-" if r is None else f"{r['tokens_per_pass']:.2f} ({r['speedup']:.2f}x)")
     lines.append(f"| {l} | " + " | ".join(cells) + " |")
   ok = all(r["identical"] for r in records)
   lines += ["", f"Greedy output identical to the target alone in every run: {ok}."]
@@ -190,7 +199,8 @@ def plot(records, out_dir):
   width = 0.85 / max(1, len(labels))
   for j, l in enumerate(labels):
     for ax, key in zip(axes, ("tokens_per_pass", "speedup")):
-      ys = [next(r[key] for r in records if r["setting"] == l and r["category"] == c) for c in cats]
+      ys = [next((r[key] for r in records if r["setting"] == l and r["category"] == c), 0.0)
+            for c in cats]
       ax.bar(np.arange(len(cats)) + j * width, ys, width, color=f"C{j % 10}",
              hatch="//" if "tree" in l else None, label=l)
   axes[0].set(ylabel="tokens per target pass", title="drafters by prompt category (greedy, batch 1)")
