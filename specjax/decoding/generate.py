@@ -20,6 +20,8 @@ from specjax.decoding.stats import SpecStats
 from specjax.decoding import sharding as sharding_lib
 from specjax.decoding.verify import verify_row
 from specjax.decoding import tree as tree_lib
+from specjax.decoding import lookahead as lookahead_lib
+from specjax.decoding import medusa as medusa_lib
 from specjax.models import is_feature_draft
 from specjax.models.interface import as_decoder
 from specjax.sampling import SamplingParams
@@ -45,8 +47,10 @@ def prompt_bucket(n: int) -> int:
 
 
 DRAFT_SPEC_GRAMMAR = ("'ngram' or 'ngram:N' (prompt lookup of the last N..1 tokens, N >= 1, "
-                      "default 3), 'early_exit:N' (the target's first N layers), or a model "
-                      "source (registry name, directory, .gguf path, hub id)")
+                      "default 3), 'early_exit:N' (the target's first N layers), "
+                      "'medusa:<heads dir>', 'lookahead:W,N[,G]' (window, n-gram size, "
+                      "pooled candidates), or a model source (registry name, directory, "
+                      ".gguf path, hub id)")
 
 
 def _spec_error(draft: str, problem: str) -> ValueError:
@@ -54,13 +58,18 @@ def _spec_error(draft: str, problem: str) -> ValueError:
 
 
 def resolve_drafter(draft: Any, target) -> Any:
-  """None | "ngram[:N]" | "early_exit:N" | a model source | a loaded model | a drafter."""
+  """None | "ngram[:N]" | "early_exit:N" | "medusa:<source>" | "lookahead:W,N[,G]" |
+  a model source | a loaded model | a drafter."""
   if draft is None:
     return NoDrafter()
   if hasattr(draft, "propose"):
     return draft
   if isinstance(draft, str):
     kind, colon, arg = draft.partition(":")
+    if kind == "medusa" or (kind == draft and medusa_lib.is_medusa_source(draft)):
+      return medusa_lib.load_drafter(arg if kind == "medusa" else draft, target)
+    if kind == "lookahead":
+      return lookahead_lib.parse(draft, target.cfg.vocab_size)
     if kind == "ngram":
       if colon and not arg.strip().isdigit():
         raise _spec_error(draft, f"the n-gram size {arg!r} is not a positive integer")
@@ -157,7 +166,7 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   if draft is not None and (not isinstance(k, (int, np.integer)) or k < 1):
     raise ValueError(f"k (tokens drafted per round) must be an integer >= 1, got {k!r}.")
   drafter = resolve_drafter(draft, target)
-  k = 0 if draft is None else int(k)
+  k = 0 if draft is None else int(getattr(drafter, "fixed_k", k))  # lookahead: k = N - 1
   auto = isinstance(tree, str) and tree == "auto"
   tree = tree_lib.resolve_tree(None if auto else tree, k, draft is not None)
   prompt_ids = _encode_prompts(target, prompts, chat)
@@ -169,10 +178,13 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
 
   longest = max(len(p) for p in prompt_ids)
   width = k if tree is None else tree.slots - 1  # draft slots one round writes
+  width = getattr(drafter, "round_slots", width + 1) - 1  # a drafter that owns its pass
   needed = longest + max_new_tokens + width + 1
   limit = target.cfg.max_positions
   if max_cache_len is not None:
     limit = min(limit, max_cache_len)
+  if hasattr(drafter, "validate"):  # drafter-specific checks (Medusa, lookahead), before work
+    drafter.validate(target, k, tree, limit, longest + max_new_tokens)
   if needed > limit:
     raise ValueError(
         f"The prompt does not fit the cache: the longest prompt has {longest} tokens and "

@@ -132,7 +132,10 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
     ctx = DraftContext(target_params=target.params, target_cache=s.target_cache, tokens=s.tokens,
                        n_tokens=s.n_tokens, target_cfg=target.cfg, k=k, sampling=sampling,
                        target_model=target)
-    if tree is None:
+    if hasattr(drafter, "round"):  # a drafter that owns the verify pass (lookahead)
+      drafts, ranks, n_acc, nxt, hidden, draft_state, cache = drafter.round(
+          target, s.draft_state, ctx, draft_key, verify_key)
+    elif tree is None:
       drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
       last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]

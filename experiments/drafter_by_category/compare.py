@@ -1,0 +1,216 @@
+"""Every drafter per prompt category: tokens per target pass, alpha, pass costs, speedup.
+
+    nice -n 10 python experiments/drafter_by_category/compare.py \
+        --config=experiments/drafter_by_category/compare_config.py \
+        --out=experiments/drafter_by_category/compare
+
+Each held-out prompt (one per category, chosen inside one prompt-length bucket so each
+setting compiles once) is decoded alone (batch 1, greedy) by the target and then by
+every setting, one category after the other, so each speedup is a ratio of two runs made
+side by side in this process. Pass costs: c(T) / c(1), one target pass over T tokens
+(the setting's verify width: k + 1 for a chain, N + 1 for a tree, 1 + (G + W)(N - 1)
+for lookahead) against a 1-token step, timed on a cache holding one prompt; and the
+measured time of a whole round (drafting included) / c(1). Writes results.jsonl (one
+record per setting and category), meta.json (pass costs, skipped settings), table.md and
+by_category.png into --out; --append adds settings to an earlier run's records (e.g.
+drafters trained later), each still measured against the target alone of its own run.
+"""
+import json
+import os
+import sys
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Comparison config.", lock_config=True)
+flags.DEFINE_string("out", None, "Output folder.")
+flags.DEFINE_bool("append", False, "Keep the records of settings this run does not redo "
+                  "(each record's speedup is against the target alone of its own run).")
+flags.DEFINE_bool("report_only", False, "Only rewrite table.md and by_category.png from "
+                  "--out/results.jsonl (e.g. of a run stopped part way).")
+flags.mark_flags_as_required(["config", "out"])
+
+
+def parse_settings(text: str) -> list:
+  """'label=draft|k|tree;...' -> [(label, draft or None, k, tree or None)]."""
+  out = []
+  for item in filter(None, (s.strip() for s in text.split(";"))):
+    label, _, rest = item.partition("=")
+    draft, k, tree = (rest.split("|") + ["", ""])[:3]
+    out.append((label, None if draft == "none" else draft, int(k or 0), tree or None))
+  return out
+
+
+def pick_prompts(target, rows, per_category: int, max_len: int) -> list:
+  """Per category the first prompts whose chat-encoded length lies in (max_len / 2, max_len]
+  (one bucket), else the shortest ones."""
+  out, cats = [], list(dict.fromkeys(r["category"] for r in rows))
+  for cat in cats:
+    enc = [(r, target.encode(r["text"], chat=True)) for r in rows if r["category"] == cat]
+    good = [x for x in enc if max_len // 2 < len(x[1]) <= max_len]
+    out += (good or sorted(enc, key=lambda x: len(x[1])))[:per_category]
+  return out
+
+
+def pass_width(drafter, k: int, tree) -> int:
+  if hasattr(drafter, "round_slots"):
+    return drafter.round_slots
+  return k + 1 if tree is None else tree.slots
+
+
+def pass_costs(target, widths, context_len: int, max_len: int) -> dict:
+  """{T: seconds of one target pass over T tokens} on a cache holding context_len tokens."""
+  import jax
+  import jax.numpy as jnp
+  from specjax.bench.costs import time_call
+  from specjax.models.interface import as_decoder
+  dec = as_decoder(target)
+  cache = dec.prefill(jnp.ones((1, context_len), jnp.int32), jnp.array([context_len]), max_len)[1]
+  fn = jax.jit(lambda d, t, c: d.head(d.step(t, None, None, c)[0]))
+  return {t: time_call(fn, (dec, jnp.ones((1, t), jnp.int32), cache), 3, 3) for t in sorted(set(widths))}
+
+
+def main(argv):
+  del argv
+  sys.path.insert(0, os.getcwd())
+  import numpy as np
+  import specjax
+  from specjax.bench import prompts as prompts_lib
+  from specjax.decoding import tree as tree_lib
+  from specjax.decoding.generate import resolve_drafter
+  c, out_dir = FLAGS.config, FLAGS.out
+  os.makedirs(out_dir, exist_ok=True)
+  if FLAGS.report_only:
+    with open(os.path.join(out_dir, "results.jsonl")) as f:
+      records = [json.loads(line) for line in f if line.strip()]
+    write_table(records, out_dir)
+    plot(records, out_dir)
+    return
+  target = specjax.load_model(c.target)
+  rows = pick_prompts(target, prompts_lib.select(c.prompts_source, 0, prompts_lib.parse_list(c.categories)), c.per_category, c.max_prompt_len)
+  settings, drafters, skipped = [], {}, []
+  for label, draft, k, tree in parse_settings(c.settings.replace("{medusa}", c.medusa)):
+    try:
+      d = resolve_drafter(draft, target)
+      kk = int(getattr(d, "fixed_k", k)) if draft else 0
+      spec = tree_lib.resolve_tree(tree, kk, draft is not None)
+    except Exception as e:  # noqa: BLE001 - a drafter that is not available skips its rows
+      skipped.append({"setting": label, "note": f"{type(e).__name__}: {e}"})
+      continue
+    drafters[label] = d
+    settings.append((label, draft, kk, spec))
+  widths = [1] + [pass_width(drafters[l], k, t) for l, d, k, t in settings if d]
+  longest = max(len(ids) for _, ids in rows)
+  costs = pass_costs(target, widths, longest, -(-(2 * longest + c.max_new_tokens + max(widths)) // 128) * 128)
+  path = os.path.join(out_dir, "results.jsonl")
+  records = []
+  if FLAGS.append and os.path.exists(path):
+    redo = {label for label, *_ in settings}
+    with open(path) as f:
+      records = [r for r in map(json.loads, f) if r["setting"] not in redo]
+  with open(path, "w") as f:
+    for r in records:
+      f.write(json.dumps(r) + "\n")
+    for row, ids in rows:
+      base = None
+      for label, draft, k, spec in settings:
+        res = specjax.generate(target, [ids], c.max_new_tokens, draft=drafters[label] if draft else None,
+                               k=max(k, 1), tree=spec)
+        st = res.stats
+        if draft is None:
+          base = res
+        width = pass_width(drafters[label], k, spec) if draft else 1
+        rounds = int(st.rounds.sum())
+        rec = {"setting": label, "drafter": draft or "none", "k": k,
+               "tree": None if spec is None else str(spec), "category": row["category"],
+               "id": row["id"], "prompt_tokens": len(ids), "new_tokens": int(st.new_tokens.sum()),
+               "alpha": None if draft is None else st.acceptance_rate,
+               "tokens_per_pass": st.tokens_per_pass, "pass_tokens": width,
+               "pass_cost": costs[width] / costs[1],
+               "round_cost": (st.wall_time_s / max(rounds, 1)) / costs[1],
+               "wall_s": st.wall_time_s, "speedup": base.stats.wall_time_s / st.wall_time_s,
+               "identical": res.tokens == base.tokens}
+        records.append(rec)
+        f.write(json.dumps(rec) + "\n")
+        f.flush()
+        print(f"{time.strftime('%H:%M:%S')} {row['category']:<11} {label:<22} "
+              f"tokens/pass {rec['tokens_per_pass']:.2f} speedup {rec['speedup']:.2f}", flush=True)
+  meta_path = os.path.join(out_dir, "meta.json")
+  meta = {"runs": []}
+  if FLAGS.append and os.path.exists(meta_path):
+    with open(meta_path) as f:
+      meta = json.load(f)
+  meta["runs"].append({"config": json.loads(c.to_json()), "skipped": skipped,
+                       "pass_costs_s": {str(k): v for k, v in costs.items()},
+                       "prompts": [r["id"] for r, _ in rows], "finished": time.strftime("%H:%M:%S")})
+  with open(meta_path, "w") as f:
+    json.dump(meta, f, indent=2)
+  write_table(records, out_dir)
+  plot(records, out_dir)
+
+
+def _mean(xs):
+  xs = [x for x in xs if x is not None and x == x]
+  return sum(xs) / len(xs) if xs else None
+
+
+def _f(x, spec="{:.2f}"):
+  return "-" if x is None else spec.format(x)
+
+
+def write_table(records, out_dir):
+  labels = list(dict.fromkeys(r["setting"] for r in records))
+  cats = list(dict.fromkeys(r["category"] for r in records))
+  lines = ["| setting | k | tree | pass T | c(T)/c(1) | round/c(1) | alpha | tokens/pass | speedup |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for l in labels:
+    rs = [r for r in records if r["setting"] == l]
+    r0 = rs[0]
+    tree = (r0["tree"] or "-").replace("static tree of ", "").split(", topk")[0]
+    lines.append(f"| {l} | {r0['k']} | {tree} | {r0['pass_tokens']} | "
+                 f"{_f(r0['pass_cost'])} | {_f(_mean([r['round_cost'] for r in rs]))} | "
+                 f"{_f(_mean([r['alpha'] for r in rs]))} | "
+                 f"{_f(_mean([r['tokens_per_pass'] for r in rs]))} | "
+                 f"{_f(_mean([r['speedup'] for r in rs]))} |")
+  lines += ["", "Tokens per target pass (speedup) by category:", "",
+            "| setting | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
+  for l in labels:
+    cells = []
+    for cat in cats:
+      r = next((r for r in records if r["setting"] == l and r["category"] == cat), None)
+      cells.append("-" if r is None else f"{r['tokens_per_pass']:.2f} ({r['speedup']:.2f}x)")
+    lines.append(f"| {l} | " + " | ".join(cells) + " |")
+  ok = all(r["identical"] for r in records)
+  lines += ["", f"Greedy output identical to the target alone in every run: {ok}."]
+  with open(os.path.join(out_dir, "table.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def plot(records, out_dir):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  labels = [l for l in dict.fromkeys(r["setting"] for r in records) if l != "target"]
+  cats = list(dict.fromkeys(r["category"] for r in records))
+  fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.6 * len(cats)), 7.5), sharex=True)
+  width = 0.85 / max(1, len(labels))
+  for j, l in enumerate(labels):
+    for ax, key in zip(axes, ("tokens_per_pass", "speedup")):
+      ys = [next((r[key] for r in records if r["setting"] == l and r["category"] == c), 0.0)
+            for c in cats]
+      ax.bar(np.arange(len(cats)) + j * width, ys, width, color=f"C{j % 10}",
+             hatch="//" if "tree" in l else None, label=l)
+  axes[0].set(ylabel="tokens per target pass", title="drafters by prompt category (greedy, batch 1)")
+  axes[1].axhline(1.0, color="0.4", lw=1)
+  axes[1].set(ylabel="measured speedup vs target alone")
+  axes[1].set_xticks(np.arange(len(cats)) + 0.425 - width / 2, cats)
+  axes[0].legend(fontsize=7, ncol=3)
+  fig.tight_layout()
+  fig.savefig(os.path.join(out_dir, "by_category.png"), dpi=110)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,35 @@
+"""Every drafter per prompt category (see compare.py): one held-out prompt per category,
+greedy, batch 1, 32 new tokens; chain and tree where the drafter builds trees.
+
+    nice -n 10 python experiments/drafter_by_category/compare.py \
+        --config=experiments/drafter_by_category/compare_config.py \
+        --out=experiments/drafter_by_category/compare
+"""
+import ml_collections
+
+SETTINGS = ";".join([
+    "target=none",
+    "lm draft=smollm2-135m-draft-lm|4",
+    "lm draft tree=smollm2-135m-draft-lm|3|static:2,2,1",
+    "feature draft=smollm2-135m-draft|4",
+    "feature draft tree=smollm2-135m-draft|3|static:2,2,1",
+    "medusa=medusa:{medusa}|4",
+    "medusa tree=medusa:{medusa}|3|static:3,2,1",
+    "early exit=early_exit:6|3",
+    "early exit tree=early_exit:6|3|static:2,2,1",
+    "ngram=ngram:3|4",
+    "lookahead=lookahead:4,4,4",
+])
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.target = "smollm2-135m"
+  c.settings = SETTINGS  # "label=draft|k|tree;..."; {medusa} is replaced by c.medusa
+  c.medusa = "smollm2-135m-medusa"  # Medusa heads: a registry name or an asset directory
+  c.prompts_source = "heldout"
+  c.categories = ""  # comma-separated; empty: all
+  c.per_category = 1
+  c.max_prompt_len = 64  # prompts from one length bucket (33..64 tokens) where possible
+  c.max_new_tokens = 32
+  return c
