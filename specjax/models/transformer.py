@@ -64,6 +64,12 @@ def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax
            mask: jax.Array) -> jax.Array:
   """Grouped-query attention of q [B, T, H, E] over keys/values [B, S, K, E] where
   mask [B or 1, T, S] is True; returns the output projection [B, T, D]."""
+  return out_proj(p, attention_core(q, keys, values, mask))
+
+
+def attention_core(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
+  """Softmax attention of q [B, T, H, E] over keys/values [B, S, K, E] where mask
+  [B or 1, T, S] is True -> [B, T, H * E] (heads concatenated, before the output projection)."""
   b, t, h, e = q.shape
   kh = keys.shape[2]
   qg = q.reshape(b, t, kh, h // kh, e)
@@ -71,22 +77,32 @@ def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax
   scores = scores / jnp.sqrt(jnp.float32(e))
   scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-  out = jnp.einsum("bkgts,bske->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
-  return _dense(p["o"], out)
+  return jnp.einsum("bkgts,bske->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
+
+
+def out_proj(p: dict, y: jax.Array) -> jax.Array:
+  """The attention output projection [B, T, H * E] -> [B, T, D]."""
+  return _dense(p["o"], y)
 
 
 def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths):
   """Causal self-attention; returns the output and the layer's updated (k, v)."""
   q, k, v = project_qkv(p, cfg, x, positions)
   if layer_kv is None:  # cache-free: attend within the sequence
-    keys, values, key_pos = k, v, jnp.arange(x.shape[1])
-  else:
-    keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
-    values = write_rows(layer_kv[1], v, lengths)
-    layer_kv = (keys, values)
-    key_pos = jnp.arange(keys.shape[1])
-  mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, S]
-  return attend(p, cfg, q, keys, values, mask), layer_kv
+    mask = jnp.arange(x.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, T]
+    return attend(p, cfg, q, k, v, mask), layer_kv
+  y, layer_kv = cached_attention(q, k, v, layer_kv, positions, lengths)
+  return out_proj(p, y), layer_kv
+
+
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, layer_kv: tuple,
+                     positions: jax.Array, lengths: jax.Array):
+  """Writes the new k, v [B, T, K, E] into the layer's cache at `lengths` and attends
+  q [B, T, H, E] over it causally. Returns (y [B, T, H * E], (keys, values) [B, S, K, E])."""
+  keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
+  values = write_rows(layer_kv[1], v, lengths)
+  mask = jnp.arange(keys.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, S]
+  return attention_core(q, keys, values, mask), (keys, values)
 
 
 def mlp(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
