@@ -33,6 +33,7 @@ import numpy as np
 from specjax import sampling as sampling_lib
 from specjax.bench.costs import _filled_cache
 from specjax.models import transformer as tf
+from specjax.models.params import canonical
 
 PARTS = ("pass", "qkv", "attention", "o", "mlp", "norms", "head", "warp")
 
@@ -62,7 +63,8 @@ def pass_flops(cfg, t: int, context_len: int) -> float:
 
 
 def weight_bytes(params: dict) -> int:
-  return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)
+  """Bytes of the weights one pass reads (the derived inference layout replaces, not adds)."""
+  return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(canonical(params))
                  if jnp.issubdtype(x.dtype, jnp.floating)))
 
 
@@ -103,7 +105,7 @@ def _part_cases(target, t: int, cache, rng) -> dict:
 
 def floor_cases(params: dict, m: int = 512, n_cols: int = 4096, d: int = 576) -> tuple:
   """(cases, stream bytes, matmul FLOPs): a read of every weight and a large matmul."""
-  leaves = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.floating)]
+  leaves = [x for x in jax.tree.leaves(canonical(params)) if jnp.issubdtype(x.dtype, jnp.floating)]
   stream = jax.jit(lambda ls: sum(jnp.sum(x) for x in ls))
   rng = np.random.default_rng(1)
   a = jnp.asarray(rng.standard_normal((m, d)).astype(np.float32))

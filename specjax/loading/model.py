@@ -19,6 +19,7 @@ import numpy as np
 from specjax.errors import LoadError
 from specjax.loading import gguf_file, hf, hub, registry, tokenizer as tok_lib
 from specjax.models.config import ModelConfig
+from specjax.models.params import inference_layout
 from specjax.models.transformer import forward
 
 if TYPE_CHECKING:  # annotation only: importing transformers here would slow `import specjax`
@@ -77,12 +78,14 @@ class Model:
                               skip_special_tokens=skip_special_tokens)
 
 
-def _to_jax(params: dict, dtype) -> dict:
+def _to_jax(params: dict, dtype, cfg: Optional[ModelConfig] = None) -> dict:
   """Float leaves -> device arrays of `dtype` (one copy each); integer leaves (the
-  `head_vocab` ids of a reduced head) stay integers."""
-  return jax.tree.map(lambda x: jnp.asarray(x, dtype if jnp.issubdtype(np.asarray(x).dtype,
-                                                                         np.floating) else None),
-                      params)
+  `head_vocab` ids of a reduced head) stay integers. With `cfg`, the derived inference
+  layout of `specjax.models.params.inference_layout` is added (fast verify passes)."""
+  params = jax.tree.map(lambda x: jnp.asarray(x, dtype if jnp.issubdtype(np.asarray(x).dtype,
+                                                                           np.floating) else None),
+                        params)
+  return params if cfg is None else inference_layout(params, cfg)
 
 
 def _first_in_vocab(ids: Sequence[int], vocab_size: int) -> Optional[int]:
@@ -166,7 +169,7 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None) -> 
   if _is_draft_asset(path):  # a shipped draft: own tensors, reduced head, shared embeddings
     from specjax.training.export import load_asset  # lazy: training imports loading
     draft = load_asset(path, target=target, name=source)
-    return dataclasses.replace(draft, params=_to_jax(draft.params, dtype))
+    return dataclasses.replace(draft, params=_to_jax(draft.params, dtype, draft.cfg))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source)
   elif os.path.isfile(path) and _is_gguf(path):
@@ -174,5 +177,5 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None) -> 
   else:
     raise LoadError(f"{source}: {path} is neither a .gguf file nor a Hugging Face model "
                     "directory; pass the directory that holds config.json.")
-  return Model(name=source, cfg=cfg, params=_to_jax(params, dtype), tokenizer=tokenizer,
+  return Model(name=source, cfg=cfg, params=_to_jax(params, dtype, cfg), tokenizer=tokenizer,
                eos_ids=eos, bos_id=bos)
