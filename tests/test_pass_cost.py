@@ -120,3 +120,19 @@ def test_k_auto_yields_the_tokens_of_the_chosen_k(tmp_path, monkeypatch, capfd):
   sp = out.k_choice["expected_speedup"]
   assert sp[k] == max(sp.values())
   assert list((tmp_path / "pass_costs").glob("target-*.json"))  # the cost table is cached
+
+
+def test_greedy_verify_equals_verify_row_with_one_hot_p():
+  from specjax import sampling
+  from specjax.decoding.loop import greedy_verify
+  from specjax.decoding.verify import verify_batch
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.standard_normal((64, 5, 7)), jnp.float32)
+  best = np.argmax(logits, -1)
+  drafts = jnp.asarray(np.where(rng.random((64, 4)) < 0.7, best[:, :4], rng.integers(0, 7, (64, 4))))
+  p = sampling.warp(logits, sampling.SamplingParams())
+  want = verify_batch(drafts, jax.nn.one_hot(drafts, 7), p, jax.random.PRNGKey(1))
+  got = greedy_verify(drafts, logits)
+  assert np.asarray(got[0]).tolist() == np.asarray(want[0]).tolist()
+  assert np.asarray(got[1]).tolist() == np.asarray(want[1]).tolist()
+  assert len(set(np.asarray(got[0]).tolist())) >= 3  # partial acceptance is exercised

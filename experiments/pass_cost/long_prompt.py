@@ -2,7 +2,7 @@
 
     python experiments/pass_cost/long_prompt.py --out=experiments/pass_cost/long_prompt
 
-In one run: (1) this code's `generate` on the prompt (compile excluded, best of 2);
+In one run: (1) this code's `generate` on the prompt (compile excluded);
 (2) a large matmul, for the FLOP rate of this machine now; (3) the code before the
 long-prompt changes (git revision --old_rev, exported to a temporary directory and run
 in a subprocess: prompt padded to 8,192, full-square prefill attention, every step over
@@ -70,7 +70,7 @@ def main():
   from specjax.bench import pass_cost
   from specjax.loading import load_model
   cfg = load_model("smollm2-135m").cfg
-  new = _run(ROOT, args.n, args.new, repeats=2)
+  new = _run(ROOT, args.n, args.new, repeats=1)
   cases, _, mm_flops = pass_cost.floor_cases({"w": jax.numpy.zeros((4,))}, m=1024)
   rate = mm_flops / pass_cost.interleaved(cases, rounds=5, n=3)["matmul"]
   with tempfile.TemporaryDirectory() as tmp:

@@ -11,7 +11,7 @@ For each T the probe times, on a cache already holding `context_len` tokens (bat
   mlp        the MLPs of all L layers
   norms      the 2 L pre-norms
   head       final norm and output head
-  warp       greedy warp and argmax of the logits
+  warp       greedy warp and verification of the logits (what the loop does at T = 0)
 
 Parts run the library's own functions on inputs of the right shapes, so they track the
 code. Floors: `stream` reads every weight once (a sum over all parameter leaves) and
@@ -68,6 +68,15 @@ def weight_bytes(params: dict) -> int:
                  if jnp.issubdtype(x.dtype, jnp.floating)))
 
 
+def _greedy_verify(drafts: jax.Array, logits: jax.Array):
+  """What the loop does with a verify pass's logits at temperature 0 (warp and verify)."""
+  from specjax.decoding import loop
+  if hasattr(loop, "greedy_verify"):
+    return loop.greedy_verify(drafts, logits)
+  p = sampling_lib.warp(logits, sampling_lib.SamplingParams())  # the one-hot path
+  return loop.verify_batch(drafts, jnp.zeros_like(p[:, 1:]), p, jax.random.PRNGKey(0))
+
+
 def _part_cases(target, t: int, cache, rng) -> dict:
   """The jitted pass and its parts for t new tokens over `cache`."""
   cfg, params = target.cfg, target.params
@@ -80,7 +89,7 @@ def _part_cases(target, t: int, cache, rng) -> dict:
   q, k, v = normal(1, t, h, e), normal(1, t, kh, e), normal(1, t, kh, e)
   y = normal(1, t, h * e)
   logits = normal(1, t, cfg.vocab_size)
-  greedy = sampling_lib.SamplingParams()
+  drafts = jnp.asarray(rng.integers(0, cfg.vocab_size, (1, t - 1)), jnp.int32)
 
   def all_layers(fn: Callable):
     return jax.jit(lambda ls, *a: [fn(lp, *a) for lp in ls])
@@ -99,7 +108,7 @@ def _part_cases(target, t: int, cache, rng) -> dict:
       "norms": (all_layers(lambda lp, x: (tf.norm(lp["attn_norm"], cfg, x),
                                           tf.norm(lp["mlp_norm"], cfg, x))), (layers, x)),
       "head": (jax.jit(lambda p, x: tf.head(p, cfg, x)), (params, x)),
-      "warp": (jax.jit(lambda lg: jnp.argmax(sampling_lib.warp(lg, greedy), -1)), (logits,)),
+      "warp": (jax.jit(_greedy_verify), (drafts, logits)),
   }
 
 

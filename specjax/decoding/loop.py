@@ -68,6 +68,14 @@ class LoopState:
   accepted: jax.Array
 
 
+def greedy_verify(drafts: jax.Array, logits: jax.Array):
+  """drafts [B, k], logits [B, k+1, V] -> (n_accepted [B], next [B]): what `verify_row`
+  gives with greedy (one-hot) p, from the argmaxes alone."""
+  best = jnp.argmax(logits, -1).astype(jnp.int32)  # [B, k+1]
+  n = jnp.sum(jnp.cumprod((drafts == best[:, :-1]).astype(jnp.int32), axis=1), axis=1)
+  return n.astype(jnp.int32), jnp.take_along_axis(best, n[:, None], axis=1)[:, 0]
+
+
 def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   """Cuts a row's candidate tokens at EOS and at max_new; returns (kept, done)."""
   idx = jnp.arange(new_tokens.shape[0])
@@ -119,8 +127,11 @@ def run(target_params, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_n
     hidden, cache = forward_hidden(target_params, target_cfg, jnp.concatenate([last, drafts], 1),
                                    cache)  # [B, k+1, D]
     logits = head(target_params, target_cfg, hidden)
-    p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
-    n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
+    if sampling.greedy and verifier is verify_row:  # exact match: argmaxes, no [B, k+1, V] one-hots
+      n_acc, nxt = greedy_verify(drafts, logits)
+    else:
+      p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
+      n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
     cand = jnp.where(jnp.arange(k + 1)[None] < n_acc[:, None],
