@@ -19,7 +19,7 @@ import json
 import os
 import platform
 import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 import jax
 import numpy as np
