@@ -19,7 +19,7 @@ def get_config():
   c.target = "smollm2-135m"
   c.draft = "smollm2-135m-draft"  # a model source, "ngram:N", "early_exit:N", or "" for none
   c.fallback_draft = "ngram:3"  # used when `draft` cannot be loaded on this machine
-  c.k = 4
+  c.k = "auto"  # tokens drafted per round: "auto" (chosen from measured pass costs) or a number
   c.prompt = DEFAULT_PROMPT
   c.chat = True  # apply the target's chat template
   c.max_new_tokens = 64

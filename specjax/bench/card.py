@@ -9,6 +9,7 @@ import numpy as np
 
 from specjax.bench import costs
 from specjax.bench.timing import best_of
+from specjax.decoding import generate
 from specjax.errors import LoadError
 from specjax.loading import load_model, registry
 
@@ -53,10 +54,13 @@ def run_card(config) -> dict:
   prompt = target.encode(config.prompt, chat=config.chat)
   common = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                 top_k=config.top_k, top_p=config.top_p, seed=config.seed)
-  spec = best_of(config.repeats, target, [prompt], draft=draft, k=config.k, **common)
+  k = "auto" if str(config.k) == "auto" else int(config.k)
+  if k == "auto" and draft is not None:  # choose once (printed), then time that k
+    k = generate(target, [prompt], draft=draft, k="auto", **common).k_choice["k"]
+  spec = best_of(config.repeats, target, [prompt], draft=draft, k=k, **common)
   s = spec.stats
   card = {
-      "target": config.target, "draft": draft_label, "k": config.k,
+      "target": config.target, "draft": draft_label, "k": k, "k_auto": str(config.k) == "auto",
       "temperature": config.temperature, "prompt": config.prompt, "output": spec.texts[0],
       "prompt_tokens": len(prompt), "new_tokens": int(s.new_tokens.sum()),
       "target_passes": int(s.target_passes.sum()), "draft_passes": int(s.draft_passes.sum()),
@@ -130,7 +134,7 @@ def format_card(c: dict) -> str:
       "",
       f"target               {c['target']}",
       f"draft                {c['draft']}",
-      f"k                    {c['k']}",
+      f"k                    {c['k']}{' (auto)' if c.get('k_auto') else ''}",
       f"temperature          {c['temperature']}",
       f"new tokens           {c['new_tokens']}",
       f"target passes        {c['target_passes']} (prefill included)",

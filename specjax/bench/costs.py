@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding.drafters import DraftContext
-from specjax.decoding.generate import resolve_drafter
+from specjax.decoding.generate import prompt_bucket, resolve_drafter
 from specjax.models import KVCache, forward, forward_hidden
 from specjax.sampling import SamplingParams
 
@@ -40,7 +40,7 @@ def time_call(fn, args, n: int, repeats: int) -> float:
 
 def cache_len(prompt_len: int, max_new_tokens: int, k: int) -> int:
   """The cache size `generate` allocates for one row (keep in sync with generate)."""
-  bucket = max(16, 1 << (max(prompt_len, 1) - 1).bit_length())
+  bucket = prompt_bucket(prompt_len)
   need = max(bucket, prompt_len + max_new_tokens + k + 2)
   return -(-need // 128) * 128
 

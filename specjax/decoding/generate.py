@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -35,15 +36,25 @@ class GenerationResult:
   texts: Optional[list]
   stats: SpecStats
   prompt_tokens: list
+  k_choice: Optional[dict] = None  # k="auto": the chosen k and what it was chosen from
 
 
 def _round_up(x: int, m: int) -> int:
   return -(-x // m) * m
 
 
+LONG_PREFILL = 1024  # prompts longer than this get a console line when their prefill starts
+
+
 def prompt_bucket(n: int) -> int:
-  """Prompt lengths are padded to powers of two (at least 16) to bound recompiles."""
-  return max(16, 1 << (max(n, 1) - 1).bit_length())
+  """The padded prompt length, a few buckets to bound recompiles: powers of two (at
+  least 16) up to 1,024 tokens; past that, multiples of a quarter of the power of two
+  below n, so a long prompt is padded by less than 25% (5,000 -> 5,120, not 8,192)."""
+  n = max(n, 1)
+  if n <= LONG_PREFILL:
+    return max(16, 1 << (n - 1).bit_length())
+  step = 1 << ((n - 1).bit_length() - 3)  # a quarter of the power of two below n
+  return _round_up(n, step)
 
 
 DRAFT_SPEC_GRAMMAR = ("'ngram' or 'ngram:N' (prompt lookup of the last N..1 tokens, N >= 1, "
@@ -135,7 +146,7 @@ def _compiled_run(args: tuple, statics: dict):
 
 
 def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: Any = None,
-             k: int = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             k: Union[int, str] = 4, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              seed: int = 0, chat: bool = False, max_cache_len: Optional[int] = None,
              eos_ids: Optional[Sequence[int]] = None, verifier=None,
              mesh: Optional[jax.sharding.Mesh] = None, tree: Any = None) -> GenerationResult:
@@ -148,6 +159,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule
   with the signature of `verify_row` (with a tree: of `tree.verify_tree_row`), for
   studies of other rules (default: exact).
+  k: tokens drafted per round (a tree's depth), or "auto": chosen from this machine's
+  per-pass costs and the acceptance of a short calibration run (`specjax.decoding.auto_k`);
+  the choice is printed and returned in `k_choice`.
   tree: None (a chain of k drafts), "static:4,2,2,1" (branching per depth; k entries),
   "dynamic:N" (EAGLE-2: the best N of the draft's top candidates), a `TreeSpec`, or
   "auto" (the static tree of most expected tokens/s from a short calibration and
@@ -163,18 +177,38 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   sampling = SamplingParams(temperature=float(temperature), top_k=top_k, top_p=float(top_p))
   if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
     raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
-  if draft is not None and (not isinstance(k, (int, np.integer)) or k < 1):
-    raise ValueError(f"k (tokens drafted per round) must be an integer >= 1, got {k!r}.")
+  auto = isinstance(k, str) and k == "auto"
+  if draft is not None and not auto and (not isinstance(k, (int, np.integer)) or k < 1):
+    raise ValueError(f"k (tokens drafted per round) must be an integer >= 1 or 'auto', "
+                     f"got {k!r}.")
   drafter = resolve_drafter(draft, target)
-  k = 0 if draft is None else int(getattr(drafter, "fixed_k", k))  # lookahead: k = N - 1
-  auto = isinstance(tree, str) and tree == "auto"
-  tree = tree_lib.resolve_tree(None if auto else tree, k, draft is not None)
+  if auto and hasattr(drafter, "fixed_k"):  # lookahead: k = N - 1, nothing to choose
+    auto = False
   prompt_ids = _encode_prompts(target, prompts, chat)
-  if auto:
+  if draft is not None and auto:  # calibrate, then run at the chosen k
+    if tree is not None:
+      raise ValueError("k='auto' chooses the length of a chain; with tree= give k (the "
+                       "tree's depth) as an integer, or use tree='auto' with a fixed k.")
+    from specjax.decoding import auto_k
+    same = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                max_cache_len=max_cache_len, eos_ids=eos_ids, verifier=verifier, mesh=mesh)
+    longest = max(len(p) for p in prompt_ids)
+    calibrate = lambda kk: generate(target, prompt_ids, min(max_new_tokens,
+                                                            auto_k.CALIBRATION_TOKENS),
+                                    draft=drafter, k=kk, **same).stats
+    cost_len = _round_up(max(prompt_bucket(longest), longest + max_new_tokens + auto_k.K_MAX + 2),
+                         128)
+    choice = auto_k.choose_k(target, drafter, calibrate, longest, cost_len, float(temperature))
+    out = generate(target, prompt_ids, max_new_tokens, draft=drafter, k=choice["k"], **same)
+    return dataclasses.replace(out, k_choice=choice)
+  k = 0 if draft is None else int(getattr(drafter, "fixed_k", k))  # lookahead: k = N - 1
+  auto_tree = isinstance(tree, str) and tree == "auto"
+  tree = tree_lib.resolve_tree(None if auto_tree else tree, k, draft is not None)
+  if auto_tree:
     if draft is None:
       raise ValueError("tree='auto' needs a drafter: pass draft= as well.")
-    from specjax.decoding.tree_auto import auto_tree
-    tree = auto_tree(target, drafter, k, prompt_ids, sampling)
+    from specjax.decoding.tree_auto import auto_tree as choose_tree
+    tree = choose_tree(target, drafter, k, prompt_ids, sampling)
 
   longest = max(len(p) for p in prompt_ids)
   width = k if tree is None else tree.slots - 1  # draft slots one round writes
@@ -216,6 +250,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
           jax.random.PRNGKey(seed))
   statics = dict(sampling=sampling, k=k, eos_ids=eos, max_len=max_len,
                  verifier=verifier or verify_row, tree=tree)
+  if longest > LONG_PREFILL:
+    print(f"specjax: long prefill of {longest} tokens (bucket {bucket}, cache {max_len}) "
+          "starting", file=sys.stderr, flush=True)
   with sharding_lib.mesh_context(mesh):
     compiled, compile_s = _compiled_run(args, statics)
     start = time.perf_counter()

@@ -76,6 +76,14 @@ def _target_pass(target, drafter, tokens, cache, prefill_args=None):
   return (out[0], out[1], out[0]) if layers is None else out
 
 
+def greedy_verify(drafts: jax.Array, logits: jax.Array):
+  """drafts [B, k], logits [B, k+1, V] -> (n_accepted [B], next [B]): what `verify_row`
+  gives with greedy (one-hot) p, from the argmaxes alone."""
+  best = jnp.argmax(logits, -1).astype(jnp.int32)  # [B, k+1]
+  n = jnp.sum(jnp.cumprod((drafts == best[:, :-1]).astype(jnp.int32), axis=1), axis=1)
+  return n.astype(jnp.int32), jnp.take_along_axis(best, n[:, None], axis=1)[:, 0]
+
+
 def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   """Cuts a row's candidate tokens at EOS and at max_new; returns (kept, done)."""
   idx = jnp.arange(new_tokens.shape[0])
@@ -133,7 +141,7 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
                        n_tokens=s.n_tokens, target_cfg=target.cfg, k=k, sampling=sampling,
                        target_model=target)
     if hasattr(drafter, "round"):  # a drafter that owns the verify pass (lookahead)
-      drafts, ranks, n_acc, nxt, hidden, draft_state, cache = drafter.round(
+      drafts, ranks, n_acc, nxt, feats, draft_state, cache = drafter.round(
           target, s.draft_state, ctx, draft_key, verify_key)
     elif tree is None:
       drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
@@ -142,8 +150,11 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
       hidden, cache, feats = _target_pass(target, drafter, jnp.concatenate([last, drafts], 1),
                                           cache)  # [B, k+1, D]
       logits = target.head(hidden)
-      p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
-      n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
+      if sampling.greedy and verifier is verify_row:  # exact match: argmaxes, no one-hots
+        n_acc, nxt = greedy_verify(drafts, logits)
+      else:
+        p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
+        n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
       ranks = jnp.zeros_like(drafts)
     else:  # drafts, ranks: the accepted path's tokens and sibling ranks; feats: its features
       drafts, ranks, n_acc, nxt, feats, draft_state, cache = tree_lib.tree_round(

@@ -16,6 +16,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from specjax.models import sharding as model_sharding
+from specjax.models.params import canonical
 
 
 def pad_rows(x: np.ndarray, multiple: int) -> np.ndarray:
@@ -41,9 +42,11 @@ def on_mesh(mesh: Mesh, target, target_params, drafter: Any, prompt: np.ndarray,
   draft_cfg = getattr(drafter, "cfg", None)
   if draft_cfg is not None and hasattr(drafter, "params"):
     model_sharding.check_mesh(draft_cfg, mesh, getattr(drafter, "name", "draft"))
-  target_params = model_sharding.place(target_params, target.cfg, mesh, name=name)
+  # The one-device inference layout (`params.inference_layout`) is not sharded: drop it.
+  target_params = model_sharding.place(canonical(target_params), target.cfg, mesh, name=name)
   if draft_cfg is not None and hasattr(drafter, "params"):
-    drafter = drafter.replace(params=model_sharding.place(drafter.params, draft_cfg, mesh))
+    drafter = drafter.replace(params=model_sharding.place(canonical(drafter.params), draft_cfg,
+                                                          mesh))
   data = mesh.shape["data"]
   prompt, lens = pad_rows(np.asarray(prompt), data), pad_rows(np.asarray(lens), data)
   return target_params, drafter, _put_batch(prompt, mesh), _put_batch(lens, mesh)

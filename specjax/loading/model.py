@@ -22,6 +22,7 @@ from specjax.errors import LoadError
 from specjax.loading import asset, gguf_file, hf, hub, registry, tokenizer as tok_lib
 from specjax.models import sharding as sharding_lib
 from specjax.models.config import ModelConfig
+from specjax.models.params import inference_layout
 from specjax.models.transformer import forward
 
 if TYPE_CHECKING:  # annotation only: importing transformers here would slow `import specjax`
@@ -82,12 +83,14 @@ class Model:
                               skip_special_tokens=skip_special_tokens)
 
 
-def _to_jax(params: dict, dtype, cfg=None) -> dict:
+def _to_jax(params: dict, dtype, cfg: Optional[ModelConfig] = None) -> dict:
   """Float leaves -> device arrays of `dtype` (one copy each); integer leaves (the
-  `head_vocab` ids of a reduced head) stay integers."""
-  return jax.tree.map(lambda x: jnp.asarray(x, dtype if jnp.issubdtype(np.asarray(x).dtype,
-                                                                         np.floating) else None),
-                      params)
+  `head_vocab` ids of a reduced head) stay integers. With `cfg`, the derived inference
+  layout of `specjax.models.params.inference_layout` is added (fast verify passes)."""
+  params = jax.tree.map(lambda x: jnp.asarray(x, dtype if jnp.issubdtype(np.asarray(x).dtype,
+                                                                           np.floating) else None),
+                        params)
+  return params if cfg is None else inference_layout(params, cfg)
 
 
 def _first_in_vocab(ids: Sequence[int], vocab_size: int) -> Optional[int]:

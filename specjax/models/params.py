@@ -10,8 +10,21 @@
      "head_vocab": [V'] int32 (optional: a reduced output vocabulary, FR-Spec style drafts),
      "head_kernel": [D, V'] (optional: those head columns gathered once, for inference)}
 
-Kernels are stored [in, out] so a layer is `x @ kernel (+ bias)`. Sharding (which
+Kernels are stored [in, out] so a layer is `x @ kernel (+ bias)`. This canonical layout
+is what training, checkpoints and the Hugging Face export read and write. Sharding (which
 axis of each leaf is split over the mesh's "model" axis) is in `specjax.models.sharding`.
+
+Loading a model for inference on one device (`specjax.load_model` without a mesh) adds a
+derived layout under one more key, never read by training, export or sharding:
+
+    "inference": {"layers": [ {"attn": {"qkv_t": [H*E + 2*K*E, D], "qkv_bias"?, "o_t": [D, H*E]},
+                               "mlp": {"gate_up_t": [2F, D], "down_t": [D, F]} (Llama)
+                                    | {"fc_t": [F, D], "proj_t": [D, F]} (GPT-2)} ] * L,
+                  "head_t": [V, D] (untied heads only)}
+
+the same weights transposed to [out, in] and fused (q/k/v, gate/up), so that a verify
+pass of a few rows reads each weight once, in contiguous blocks (`transformer.matmul_t`).
+`canonical(params)` drops it again.
 """
 from __future__ import annotations
 
@@ -75,3 +88,32 @@ def cast(params: dict, dtype) -> dict:
   """Casts every floating leaf to dtype."""
   return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
                       params)
+
+
+def inference_layout(params: dict, cfg: ModelConfig) -> dict:
+  """params plus the derived "inference" entry described above (a copy of the layer weights)."""
+  if "inference" in params or "layers" not in params:
+    return params
+  t = lambda w: jnp.asarray(w).T
+  layers = []
+  for lp in params["layers"]:
+    a, m = lp["attn"], lp["mlp"]
+    attn = {"qkv_t": t(jnp.concatenate([a["q"]["kernel"], a["k"]["kernel"], a["v"]["kernel"]], 1)),
+            "o_t": t(a["o"]["kernel"])}
+    if "bias" in a["q"]:
+      attn["qkv_bias"] = jnp.concatenate([a["q"]["bias"], a["k"]["bias"], a["v"]["bias"]])
+    if cfg.is_gpt2:
+      mlp = {"fc_t": t(m["fc"]["kernel"]), "proj_t": t(m["proj"]["kernel"])}
+    else:
+      mlp = {"gate_up_t": t(jnp.concatenate([m["gate"]["kernel"], m["up"]["kernel"]], 1)),
+             "down_t": t(m["down"]["kernel"])}
+    layers.append({"attn": attn, "mlp": mlp})
+  extra = {"layers": layers}
+  if not cfg.tie_embeddings and "lm_head" in params:
+    extra["head_t"] = t(params["lm_head"]["kernel"])
+  return {**params, "inference": extra}
+
+
+def canonical(params: dict) -> dict:
+  """params without the derived inference layout (what training and export take)."""
+  return {k: v for k, v in params.items() if k != "inference"}

@@ -26,6 +26,35 @@ def _dense(p: dict, x: jax.Array) -> jax.Array:
   return y + p["bias"] if "bias" in p else y
 
 
+# A few rows (a verify pass) times a large weight: XLA's CPU dot for [N > 1, I] x [I, O]
+# costs several times its 1-row product (experiments/pass_cost). With the weight stored
+# [O, I] (`params.inference_layout`) and the product taken in blocks of output rows inside
+# a scan, each block read once for all N rows, it costs about what reading the weight does.
+_BLOCKED_MAX_ROWS = 64
+_BLOCK_BYTES = 1 << 20
+
+
+def _row_block(o: int, i: int) -> int:
+  """The divisor of o nearest to a block of about _BLOCK_BYTES of float32 rows of width i."""
+  want = max(128, _BLOCK_BYTES // (4 * i))
+  return min((d for d in range(1, o + 1) if o % d == 0), key=lambda d: abs(d - want))
+
+
+def matmul_t(x: jax.Array, wt: jax.Array) -> jax.Array:
+  """x [..., I] times a weight stored transposed, wt [O, I] -> [..., O] (x @ wt.T)."""
+  lead, i = x.shape[:-1], x.shape[-1]
+  o = wt.shape[0]
+  rows = 1
+  for n in lead:
+    rows *= n
+  vb = _row_block(o, i)
+  if not 1 < rows <= _BLOCKED_MAX_ROWS or o // vb < 2:
+    return jnp.einsum("...i,oi->...o", x, wt)
+  x2 = x.reshape(rows, i)  # [N, I]
+  _, out = jax.lax.scan(lambda c, w: (c, w @ x2.T), None, wt.reshape(o // vb, vb, i))  # [nb, vb, N]
+  return out.reshape(o, rows).T.reshape(*lead, o)
+
+
 def norm(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   """LayerNorm (GPT-2) or RMSNorm (Llama), computed in float32."""
   xf = x.astype(jnp.float32)
@@ -52,9 +81,16 @@ def project_qkv(p: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array):
   """x [B, T, D] -> q [B, T, H, E], k and v [B, T, K, E] (q/k norm and rotary for Llama)."""
   b, t, _ = x.shape
   h, kh, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-  q = _dense(p["q"], x).reshape(b, t, h, e)
-  k = _dense(p["k"], x).reshape(b, t, kh, e)
-  v = _dense(p["v"], x).reshape(b, t, kh, e)
+  if "qkv_t" in p:  # the fused inference layout
+    qkv = matmul_t(x, p["qkv_t"])
+    if "qkv_bias" in p:
+      qkv = qkv + p["qkv_bias"]
+    q, k, v = jnp.split(qkv, [h * e, (h + kh) * e], axis=-1)
+    q, k, v = q.reshape(b, t, h, e), k.reshape(b, t, kh, e), v.reshape(b, t, kh, e)
+  else:
+    q = _dense(p["q"], x).reshape(b, t, h, e)
+    k = _dense(p["k"], x).reshape(b, t, kh, e)
+    v = _dense(p["v"], x).reshape(b, t, kh, e)
   if cfg.qk_norm:  # Qwen3: RMSNorm over each head's E dims, before the rotary embedding
     q, k = norm(p["q_norm"], cfg, q), norm(p["k_norm"], cfg, k)
   if not cfg.is_gpt2:
@@ -66,6 +102,12 @@ def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax
            mask: jax.Array) -> jax.Array:
   """Grouped-query attention of q [B, T, H, E] over keys/values [B, S, K, E] where
   mask [B or 1, T, S] is True; returns the output projection [B, T, D]."""
+  return out_proj(p, attention_core(q, keys, values, mask))
+
+
+def attention_core(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
+  """Softmax attention of q [B, T, H, E] over keys/values [B, S, K, E] where mask
+  [B or 1, T, S] is True -> [B, T, H * E] (heads concatenated, before the output projection)."""
   b, t, h, e = q.shape
   kh = keys.shape[2]
   qg = q.reshape(b, t, kh, h // kh, e)
@@ -73,8 +115,15 @@ def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax
   scores = scores / jnp.sqrt(jnp.float32(e))
   scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-  out = jnp.einsum("bkgts,bske->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
-  return _dense(p["o"], out)
+  return jnp.einsum("bkgts,bske->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
+
+
+def out_proj(p: dict, y: jax.Array) -> jax.Array:
+  """The attention output projection [B, T, H * E] -> [B, T, D]."""
+  if "o_t" in p:
+    y = matmul_t(y, p["o_t"])
+    return y + p["o"]["bias"] if "bias" in p["o"] else y
+  return _dense(p["o"], y)
 
 
 def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths, mask=None):
@@ -82,21 +131,88 @@ def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths, mask=
   each new token sees (a token tree); returns the output and the layer's updated (k, v)."""
   q, k, v = project_qkv(p, cfg, x, positions)
   if layer_kv is None:  # cache-free: attend within the sequence
-    keys, values, key_pos = k, v, jnp.arange(x.shape[1])
-  else:
+    if mask is None:
+      mask = jnp.arange(x.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, T]
+    return attend(p, cfg, q, k, v, mask), layer_kv
+  if mask is not None:  # a token tree: slots are not positions, so attend densely under the mask
     keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
     values = write_rows(layer_kv[1], v, lengths)
-    layer_kv = (keys, values)
-    key_pos = jnp.arange(keys.shape[1])
-  if mask is None:
-    mask = key_pos[None, None, :] <= positions[:, :, None]  # [B, T, S]
-  return attend(p, cfg, q, keys, values, mask), layer_kv
+    return attend(p, cfg, q, keys, values, mask), (keys, values)
+  y, layer_kv = cached_attention(q, k, v, layer_kv, positions, lengths)
+  return out_proj(p, y), layer_kv
+
+
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, layer_kv: tuple,
+                     positions: jax.Array, lengths: jax.Array):
+  """Writes the new k, v [B, T, K, E] into the layer's cache at `lengths` and attends
+  q [B, T, H, E] over it causally. Returns (y [B, T, H * E], (keys, values) [B, S, K, E])."""
+  keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
+  values = write_rows(layer_kv[1], v, lengths)
+  t = q.shape[1]
+  if t >= 2 * QUERY_CHUNK and t % QUERY_CHUNK == 0:  # a long prefill: causal blocks only
+    chunks = lambda a: jnp.moveaxis(a.reshape(a.shape[0], t // QUERY_CHUNK, QUERY_CHUNK,
+                                              *a.shape[2:]), 1, 0)
+    _, ys = jax.lax.scan(lambda c, qp: (c, live_attention(qp[0], keys, values, qp[1])), None,
+                         (chunks(q), chunks(positions)))  # [T / C, B, C, H * E]
+    y = jnp.moveaxis(ys, 0, 1).reshape(q.shape[0], t, -1)
+  else:
+    y = live_attention(q, keys, values, positions)
+  return y, (keys, values)
+
+
+# Cached attention reads the cache in blocks of KEY_BLOCK slots, only up to the block
+# holding the last query's position (the live window), with an online softmax; a long
+# prefill runs in query chunks of QUERY_CHUNK, each over the key blocks it can see, so
+# the masked upper triangle is skipped.
+KEY_BLOCK = 256
+QUERY_CHUNK = 256
+
+
+def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
+                   positions: jax.Array) -> jax.Array:
+  """Causal attention of q [B, T, H, E] at `positions` [B, T] over cache slots
+  [0, max position] of keys/values [B, S, K, E], in blocks -> [B, T, H * E]."""
+  b, t, h, e = q.shape
+  s, kh = keys.shape[1], keys.shape[2]
+  g = h // kh
+  blk = min(KEY_BLOCK, s)
+  qg = q.reshape(b, t, kh, g, e).astype(jnp.float32) / jnp.sqrt(jnp.float32(e))
+  n_blocks = jnp.minimum((jnp.max(positions) + blk) // blk, -(-s // blk))  # live blocks
+
+  def body(j, carry):
+    m, l, acc = carry  # [B, K, G, T], [B, K, G, T], [B, K, G, T, E]
+    start = j * blk
+    at = jnp.minimum(start, s - blk)  # the last block may overlap the one before it
+    kb = jax.lax.dynamic_slice_in_dim(keys, at, blk, axis=1).astype(jnp.float32)
+    vb = jax.lax.dynamic_slice_in_dim(values, at, blk, axis=1).astype(jnp.float32)
+    scores = jnp.einsum("btkge,bske->bkgts", qg, kb)  # [B, K, G, T, blk]
+    kpos = at + jnp.arange(blk)
+    mask = (kpos >= start)[None, None, :] & (kpos[None, None, :] <= positions[:, :, None])
+    scores = jnp.where(mask[:, None, None], scores, -jnp.inf)
+    m_new = jnp.maximum(m, scores.max(-1))
+    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+    w = jnp.exp(scores - m_safe[..., None])
+    corr = jnp.exp(m - m_safe)
+    acc = acc * corr[..., None] + jnp.einsum("bkgts,bske->bkgte", w, vb)
+    return m_new, l * corr + w.sum(-1), acc
+
+  init = (jnp.full((b, kh, g, t), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g, t), jnp.float32),
+          jnp.zeros((b, kh, g, t, e), jnp.float32))
+  _, l, acc = jax.lax.fori_loop(0, n_blocks, body, init)
+  out = acc / l[..., None]  # [B, K, G, T, E]
+  return jnp.moveaxis(out, 3, 1).reshape(b, t, h * e).astype(q.dtype)
 
 
 def mlp(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   """The block's MLP (GELU for GPT-2, SwiGLU for Llama)."""
   if cfg.is_gpt2:
+    if "fc_t" in p:
+      hid = jax.nn.gelu(matmul_t(x, p["fc_t"]) + p["fc"]["bias"], approximate=True)
+      return matmul_t(hid, p["proj_t"]) + p["proj"]["bias"]
     return _dense(p["proj"], jax.nn.gelu(_dense(p["fc"], x), approximate=True))
+  if "gate_up_t" in p:  # the fused inference layout
+    gate, up = jnp.split(matmul_t(x, p["gate_up_t"]), 2, axis=-1)
+    return matmul_t(jax.nn.silu(gate) * up, p["down_t"])
   return _dense(p["down"], jax.nn.silu(_dense(p["gate"], x)) * _dense(p["up"], x))
 
 
@@ -115,6 +231,15 @@ def positions_for(cache: Optional[KVCache], b: int, t: int) -> jax.Array:
   return cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
 
 
+def layer_params(params: dict, i: int) -> dict:
+  """Layer i's params, with its inference layout (`params.inference_layout`) merged in."""
+  p = params["layers"][i]
+  if "inference" not in params:
+    return p
+  extra = params["inference"]["layers"][i]
+  return {**p, "attn": {**p["attn"], **extra["attn"]}, "mlp": {**p["mlp"], **extra["mlp"]}}
+
+
 def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
            cache: Optional[KVCache] = None, n_layers: Optional[int] = None,
            mask: Optional[jax.Array] = None, collect: Optional[tuple] = None):
@@ -131,7 +256,7 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
   lengths = None if cache is None else cache.lengths
   new_k, new_v, outs = [], [], {}
   for i in range(n):
-    p = params["layers"][i]
+    p = layer_params(params, i)
     layer_kv = None if cache is None else (cache.k[i], cache.v[i])
     attn, layer_kv = _attention(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions,
                                 layer_kv, lengths, mask)
@@ -175,6 +300,10 @@ def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
   x = norm(params["final_norm"], cfg, hidden)
   kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]  # [D, V]
   if "head_vocab" not in params:
+    if cfg.tie_embeddings:  # embed [V, D] is already the [out, in] layout
+      return matmul_t(x, params["embed"]).astype(jnp.float32)
+    if "inference" in params:
+      return matmul_t(x, params["inference"]["head_t"]).astype(jnp.float32)
     return (x @ kernel).astype(jnp.float32)
   # Reduced output vocabulary (FR-Spec style drafts): score only the listed ids;
   # every other id gets probability zero, so verification stays exact.

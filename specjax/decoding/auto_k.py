@@ -1,0 +1,149 @@
+"""k = "auto": the number of drafted tokens per round, chosen from measured costs.
+
+Axes: k drafted tokens per round, T = k + 1 tokens per verify pass.
+
+    expected_speedup(k) = tokens_per_pass(k) * c(1) / (c(k + 1) + k * c_draft)
+    tokens_per_pass(k)  = 1 + sum_{j <= k} prod_{i <= j} a_i
+
+c(T): seconds of one cached target pass over T tokens, measured on this machine and
+kept in a cost table per machine and model under $SPECJAX_CACHE (default
+~/.cache/specjax)/pass_costs; c_draft: seconds of one draft step (one `propose` at
+K_MAX over K_MAX), cached the same way per drafter; a_i: the per-position acceptance
+P(position i accepted | reached), from a short calibration run at k = K_MAX on the
+caller's own prompts and settings.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from typing import Sequence
+
+import jax
+import numpy as np
+
+K_MAX = 8
+CALIBRATION_TOKENS = 32
+
+
+def tokens_per_pass(acceptance: Sequence[float], k: int) -> float:
+  """Expected tokens per verify round at k from per-position acceptance a_1..a_k."""
+  total, reach = 1.0, 1.0
+  for a in list(acceptance)[:k]:
+    reach *= a
+    total += reach
+  return total
+
+
+def expected_speedups(costs: dict, c_draft: float, acceptance: Sequence[float],
+                      ks: Sequence[int]) -> dict:
+  """{k: tokens_per_pass(k) * c(1) / (c(k+1) + k * c_draft)} for the ks that costs cover."""
+  return {k: tokens_per_pass(acceptance, k) * costs[1] / (costs[k + 1] + k * c_draft)
+          for k in ks if (k + 1) in costs}
+
+
+def _cache_dir() -> str:
+  root = os.environ.get("SPECJAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "specjax"))
+  return os.path.join(root, "pass_costs")
+
+
+def _machine() -> str:
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+  except OSError:
+    pass
+  dev = jax.devices()[0]
+  return f"{platform.node()}|{cpu}|{os.cpu_count()}|{dev.platform}|{dev.device_kind}"
+
+
+def _key(*parts) -> str:
+  return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:20]
+
+
+def _cached(name: str, key: str, make):
+  """A JSON value cached at <cache dir>/<name>-<key>.json (made and written when missing)."""
+  path = os.path.join(_cache_dir(), f"{name}-{key}.json")
+  if os.path.isfile(path):
+    try:
+      with open(path) as f:
+        return json.load(f)["value"]
+    except (OSError, ValueError, KeyError):
+      pass  # unreadable: measure again
+  value = make()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump({"machine": _machine(), "value": value}, f)
+  os.replace(tmp, path)
+  return value
+
+
+def _context_bucket(n: int) -> int:
+  """Costs are kept per power-of-two context length (attention reads the live window)."""
+  return 1 << (max(n, 1) - 1).bit_length()
+
+
+def _dtype(target) -> str:
+  return str(target.params["embed"].dtype)
+
+
+def pass_costs(target, context_len: int, max_len: int, ts: Sequence[int]) -> dict:
+  """{T: seconds} of one cached target pass, from the cost table (measured when missing)."""
+  from specjax.bench import costs  # lazy: bench imports decoding
+  key = _key(_machine(), getattr(target, "name", ""), target.cfg, _dtype(target),
+             _context_bucket(context_len), tuple(ts))
+
+  def make():
+    ks = [t - 1 for t in ts if t > 1]
+    r = costs.target_costs(target, context_len, max_len, ks, n=3, repeats=3)
+    return {"1": r["step"], **{str(k + 1): v for k, v in r["verify"].items()}}
+
+  return {int(t): float(s) for t, s in _cached("target", key, make).items()}
+
+
+def draft_step_cost(target, drafter, context_len: int, max_len: int, temperature: float) -> float:
+  """Seconds per draft step of `drafter` (one propose of K_MAX steps / K_MAX), cached."""
+  from specjax.bench import costs
+  ident = (type(drafter).__name__, getattr(drafter, "name", ""), getattr(drafter, "n", ""),
+           getattr(drafter, "n_layers", ""), getattr(drafter, "cfg", ""))
+  key = _key(_machine(), getattr(target, "name", ""), target.cfg, _dtype(target), ident,
+             _context_bucket(context_len), temperature > 0)
+  make = lambda: costs.draft_cost(target, drafter, K_MAX, context_len, max_len,
+                                  temperature=temperature, n=3, repeats=3) / K_MAX
+  return float(_cached("draft", key, make))
+
+
+def acceptance_from_stats(stats, k: int) -> list:
+  """Per-position acceptance a_1..a_k from a run's counters; an unreached position gets
+  the rate of the one before it (or 0)."""
+  checked = np.asarray(stats.checked).sum(0)
+  accepted = np.asarray(stats.accepted).sum(0)
+  out, last = [], 0.0
+  for i in range(k):
+    last = float(accepted[i] / checked[i]) if checked[i] else last
+    out.append(last)
+  return out
+
+
+def choose_k(target, drafter, calibrate, context_len: int, max_len: int, temperature: float,
+             k_max: int = K_MAX, log=True) -> dict:
+  """Picks k in 1..k_max. `calibrate(k)` runs the caller's generation at k and returns its
+  stats. Returns {"k", "expected_speedup": {k: x}, "acceptance", "costs", "c_draft"}."""
+  stats = calibrate(k_max)
+  acceptance = acceptance_from_stats(stats, k_max)
+  costs = pass_costs(target, context_len, max_len, range(1, k_max + 2))
+  c_draft = draft_step_cost(target, drafter, context_len, max_len, temperature)
+  speedups = expected_speedups(costs, c_draft, acceptance, range(1, k_max + 1))
+  k = max(speedups, key=speedups.get)
+  choice = {"k": int(k), "expected_speedup": speedups, "acceptance": acceptance,
+            "costs": costs, "c_draft": c_draft}
+  if log:
+    print(f"specjax: k=auto chose k={k} (expected speedup {speedups[k]:.2f}x; "
+          f"c(k+1)/c(1) = {costs[k + 1] / costs[1]:.2f}, draft step {c_draft / costs[1]:.3f} "
+          f"of c(1), acceptance by position "
+          f"{' '.join(f'{a:.2f}' for a in acceptance)})", file=sys.stderr, flush=True)
+  return choice
