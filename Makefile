@@ -20,13 +20,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python scripts/speculate.py
 
-# The whole test suite, real-model tests included (as CI runs it).
+# The whole test suite, real-model tests included (as CI runs it), in two worker processes
+# (pytest-xdist, one test file per worker at a time): both cores, and no one process
+# compiles the whole suite's programs.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs --durations=15
+	$(BIN)/python -m pytest -q -rs --durations=15 -n 2 --dist loadfile
 
 # Logic tests only (tiny random models).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not real_model and not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not real_model and not slow"
 
 benchmark: $(STAMP)
 	$(BIN)/python scripts/benchmark.py

@@ -67,7 +67,7 @@ def test_sampling_is_exact():
                            temperature=1.0)
     for toks in out.tokens:
       counts[tuple(toks[:3])] += 1
-  fails, stat, df = chi_square_fails(counts, exact_joint(specjax.SamplingParams(1.0)))
+  fails, stat, df = chi_square_fails(counts, exact_joint(specjax.SamplingParams(1.0), 3))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 

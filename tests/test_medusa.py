@@ -70,7 +70,7 @@ def test_sampling_is_exact(k, tree):
   samples from each head: the first three tokens follow the target's joint law.
   (Top-k children are deterministic: the tree rule for them is tested in test_tree_sampling.)"""
   fails, stat, df = chi_square_fails(medusa_joint(heads_for(TARGET), k, tree),
-                                     exact_joint(specjax.SamplingParams(1.0)))
+                                     exact_joint(specjax.SamplingParams(1.0), 3))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 
@@ -89,7 +89,7 @@ def test_negative_controls_fail(kind):
   if kind == "wrong_q":
     d = WrongQ(params=d.params, kernel=d.kernel, cfg=d.cfg)
   counts = medusa_joint(d, 2, verifier=accept_everything if kind == "accept_everything" else None)
-  fails, stat, df = chi_square_fails(counts, exact_joint(specjax.SamplingParams(1.0)))
+  fails, stat, df = chi_square_fails(counts, exact_joint(specjax.SamplingParams(1.0), 3))
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"
 
 

@@ -113,7 +113,7 @@ def _script(name: str, *flags: str) -> subprocess.CompletedProcess:
 
 # (script, flags choosing a config, a field of that config, one of its defaults in --help)
 SCRIPTS = [
-    ("speculate.py", [], "max_new_tokens", "k=4"),
+    ("speculate.py", [], "max_new_tokens", "k='auto'"),
     ("benchmark.py", [], "prompts.source", "max_new_tokens="),
     ("acceptance_curves.py", ["--workdir=/nonexistent"], "ks", "ks="),
     ("distill.py", ["--config=configs/distill_tiny.py", "--workdir=/nonexistent"],
@@ -194,14 +194,17 @@ def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path):
         with open(os.path.join(root, f), "wb") as fh:
           fh.write(b"not a checkpoint")
   gc.collect()
+  # Only what this restore leaves counts (earlier tests in the same process may hold theirs).
+  before = {id(o) for o in gc.get_objects()
+            if isinstance(o, (asyncio.Future, asyncio.AbstractEventLoop)) or inspect.iscoroutine(o)}
   ckpt = Checkpointer(str(tmp_path))
   try:
     with pytest.raises(CheckpointError, match="corrupt"):
       ckpt.restore(state)
-    leftovers = [o for o in gc.get_objects()
-                 if isinstance(o, asyncio.Future) or inspect.iscoroutine(o)]
-    closed_loops = [o for o in gc.get_objects()
-                    if isinstance(o, asyncio.AbstractEventLoop) and o.is_closed()]
+    leftovers = [o for o in gc.get_objects() if id(o) not in before
+                 and (isinstance(o, asyncio.Future) or inspect.iscoroutine(o))]
+    closed_loops = [o for o in gc.get_objects() if id(o) not in before
+                    and isinstance(o, asyncio.AbstractEventLoop) and o.is_closed()]
   finally:
     ckpt.close()
   assert not leftovers and not closed_loops, (leftovers[:5], closed_loops)

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from specjax.models import medusa as medusa_lib
-from specjax.training import data as data_lib
+from specjax.training import data as data_lib, teacher as teacher_lib
 from specjax.training.checkpoints import Checkpointer
 
 FROZEN_KEYS = ("head_vocab",)
@@ -149,7 +149,7 @@ def target_pool(config, workdir, target, prompts, name: str, key, log=print,
 
     def feats(pool=pool):
       log(f"Target features of {pool['tokens'].shape[0]} sequences ({stem}) ...")
-      return {"features": data_lib.target_features(pool, target.params, target.cfg)}
+      return {"features": teacher_lib.target_features(pool, target.params, target.cfg)}
     pool = dict(pool, features=data_lib.cached_pool(
         _pool_path(workdir, stem.replace("pool", "features")), feats)["features"])
     parts.append(pool)
