@@ -339,7 +339,7 @@ def test_shipped_lm_draft_greedy_output_equals_target_alone():
   np.testing.assert_array_equal(np.asarray(reg.params["head_vocab"]),
                                 np.asarray(draft.params["head_vocab"]))
   np.testing.assert_allclose(np.asarray(reg.logits(ids[0])), np.asarray(draft.logits(ids[0])),
-                             atol=1e-5)
+                             atol=1e-4)  # the loaded copy uses the blocked inference layout
   full = load_model("smollm2-135m-draft-lm-hf")
   assert full.cfg == draft.cfg and "head_vocab" not in full.params
   hv = np.asarray(draft.params["head_vocab"])

@@ -51,7 +51,7 @@ SETTINGS = [(SamplingParams(1.0), "sample", (3, 2)), (SamplingParams(1.0), "topk
 
 @pytest.mark.parametrize("sampling,children,branching", SETTINGS)
 def test_tree_sampling_is_exact(sampling, children, branching):
-  probs = exact_joint(sampling)
+  probs = exact_joint(sampling, 3)
   assert (probs > 0.01).sum() >= 8, "the target law should not be nearly deterministic"
   counts = sampled_joint(sampling, TreeSpec.static(branching, children))
   fails, stat, df = chi_square_fails(counts, probs)
@@ -68,7 +68,7 @@ def test_dynamic_tree_and_feature_draft_sampling_are_exact():
   draft = dataclasses.replace(DRAFT, cfg=cfg, params=params)
   sampling = SamplingParams(1.0)
   counts = sampled_joint(sampling, TreeSpec.dynamic(5, 2, beam=3), draft=draft)
-  fails, stat, df = chi_square_fails(counts, exact_joint(sampling))
+  fails, stat, df = chi_square_fails(counts, exact_joint(sampling, 3))
   assert not fails, f"chi2={stat:.1f} with df={df}"
 
 
@@ -80,7 +80,7 @@ WRONG = {"no_residual_update": functools.partial(verify_tree_row, residual_updat
                                            ("draw_from_p", "topk")])
 def test_negative_controls_fail(rule, children):
   sampling = SamplingParams(1.0)
-  probs = exact_joint(sampling)
+  probs = exact_joint(sampling, 3)
   counts = sampled_joint(sampling, TreeSpec.static((3, 2), children), verifier=WRONG[rule])
   fails, stat, df = chi_square_fails(counts, probs)
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"

@@ -54,7 +54,11 @@ def run_card(config) -> dict:
   prompt = target.encode(config.prompt, chat=config.chat)
   common = dict(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                 top_k=config.top_k, top_p=config.top_p, seed=config.seed)
-  k = "auto" if str(config.k) == "auto" else int(config.k)
+  k = str(config.k).strip()  # an ml_collections string field: "auto" or a number
+  if k != "auto" and not k.lstrip("-").isdigit():
+    raise ValueError(f"config.k={config.k!r}: give 'auto' or the number of tokens drafted per "
+                     "round (an integer >= 1).")
+  k = k if k == "auto" else int(k)
   if k == "auto" and draft is not None:  # choose once (printed), then time that k
     k = generate(target, [prompt], draft=draft, k="auto", **common).k_choice["k"]
   spec = best_of(config.repeats, target, [prompt], draft=draft, k=k, **common)
@@ -80,7 +84,7 @@ def run_card(config) -> dict:
     # differ in length when sampling).
     card["speedup"] = s.tokens_per_s / base.stats.tokens_per_s
     if draft is not None and config.get("explain", True):
-      card.update(pass_costs(target, draft, config.k, len(prompt), config.max_new_tokens,
+      card.update(pass_costs(target, draft, k, len(prompt), config.max_new_tokens,
                              repeats=config.repeats))
       # A round's time in target-alone steps, from the two timed runs themselves.
       per_round = s.wall_time_s / max(1, int(np.sum(s.rounds)))
