@@ -15,7 +15,7 @@ def get_config():
   c.target = "gpt2"
   c.draft = "distilgpt2"
   c.fallback_draft = ""
-  c.k = 4
+  c.k = "4"  # a string field in configs/speculate.py ("auto" or a number)
   c.max_new_tokens = 12
   c.prompt = "Alan Turing theorized that computers would one day become"
   c.chat = False
