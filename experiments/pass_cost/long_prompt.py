@@ -3,10 +3,13 @@
     python experiments/pass_cost/long_prompt.py --out=experiments/pass_cost/long_prompt
 
 In one run: (1) this code's `generate` on the prompt (compile excluded);
-(2) a large matmul, for the FLOP rate of this machine now; (3) the code before the
+(2) a large matmul just before and just after it, for the FLOP rate of this machine
+now (the faster of the two counts, so the floor is the lower one); (3) the code before the
 long-prompt changes (git revision --old_rev, exported to a temporary directory and run
 in a subprocess: prompt padded to 8,192, full-square prefill attention, every step over
-the whole cache). Writes <out>.json and <out>.md.
+the whole cache); (4) where the prefill's time goes: the 30 layers' linear products
+(q/k/v, o, MLP) and their causal attention on the prompt bucket, each timed alone with
+its FLOP rate, beside the large matmul's. Writes <out>.json and <out>.md.
 """
 import argparse
 import json
@@ -59,6 +62,56 @@ def flops(cfg, n: int, new: int) -> float:
   return prefill + sum(pass_flops(cfg, 1, n + i) for i in range(new - 1))
 
 
+def prefill_parts(n: int) -> dict:
+  """Seconds and GFLOP/s of the prefill's linear products and of its causal attention (all
+  layers, the prompt bucket of n tokens, batch 1), each jitted and timed alone."""
+  import jax
+  import jax.numpy as jnp
+  from specjax.decoding.generate import prompt_bucket
+  from specjax.loading import load_model
+  from specjax.models import transformer as tf
+  target = load_model("smollm2-135m")
+  cfg, params, p = target.cfg, target.params, prompt_bucket(n)
+  x = jax.random.normal(jax.random.PRNGKey(0), (1, p, cfg.d_model))
+  pos = jnp.arange(p)[None]
+
+  def linear(x):
+    for i in range(cfg.n_layers):
+      lp = tf.layer_params(params, i)
+      q, _, _ = tf.project_qkv(lp["attn"], cfg, x, pos)
+      x = x + tf.out_proj(lp["attn"], q.reshape(1, p, -1)) + tf.mlp(lp["mlp"], cfg, x)
+    return x
+
+  kh, e = cfg.n_kv_heads, cfg.head_dim
+  q = jax.random.normal(jax.random.PRNGKey(1), (1, p, cfg.n_heads, e))
+  kv = jax.random.normal(jax.random.PRNGKey(2), (1, p, kh, e))
+  empty = (jnp.zeros((1, p, kh, e)), jnp.zeros((1, p, kh, e)))
+
+  def attention(q, kv):
+    out = jnp.zeros(())
+    for i in range(cfg.n_layers):
+      y, _ = tf.cached_attention(q + i, kv, kv, empty, pos, jnp.zeros((1,), jnp.int32))
+      out = out + y[0, -1, 0]
+    return out
+
+  d = cfg.d_model
+  lin_flops = 2.0 * p * cfg.n_layers * (d * (cfg.n_heads + 2 * kh) * e + cfg.n_heads * e * d
+                                        + 3 * d * cfg.d_ff)
+  att_flops = 2.0 * cfg.n_layers * 2 * cfg.n_heads * e * p * (p + 1) / 2
+  r = {"bucket": p}
+  for name, f, args, fl in [("linear", linear, (x,), lin_flops),
+                            ("attention", attention, (q, kv), att_flops)]:
+    f = jax.jit(f)
+    jax.block_until_ready(f(*args))
+    best = float("inf")
+    for _ in range(2):
+      start = time.perf_counter()
+      jax.block_until_ready(f(*args))
+      best = min(best, time.perf_counter() - start)
+    r[name] = {"s": best, "flops": fl, "gflop_per_s": fl / best / 1e9}
+  return r
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--out", default="experiments/pass_cost/long_prompt")
@@ -70,19 +123,22 @@ def main():
   from specjax.bench import pass_cost
   from specjax.loading import load_model
   cfg = load_model("smollm2-135m").cfg
-  new = _run(ROOT, args.n, args.new, repeats=1)
   cases, _, mm_flops = pass_cost.floor_cases({"w": jax.numpy.zeros((4,))}, m=1024)
-  rate = mm_flops / pass_cost.interleaved(cases, rounds=5, n=3)["matmul"]
+  matmul_s = lambda: pass_cost.interleaved(cases, rounds=5, n=3)["matmul"]
+  before = matmul_s()
+  new = _run(ROOT, args.n, args.new, repeats=1)
+  rate = mm_flops / min(before, matmul_s())  # the faster of before and after: the lower floor
   with tempfile.TemporaryDirectory() as tmp:
     archive = subprocess.run(["git", "archive", args.old_rev, "specjax", "setup.py"], cwd=ROOT,
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
     old = _run(tmp, args.n, args.new, repeats=1)
+  parts = prefill_parts(args.n)
   f = flops(cfg, args.n, args.new)
   r = {"prompt_tokens": args.n, "new_tokens": args.new, "old_rev": args.old_rev, "new": new,
        "old": old, "flops": f, "matmul_flops_per_s": rate, "flop_floor_s": f / rate,
        "new_vs_floor": new["wall_s"] / (f / rate), "old_over_new": old["wall_s"] / new["wall_s"],
-       "same_tokens": new["tokens"] == old["tokens"]}
+       "same_tokens": new["tokens"] == old["tokens"], "prefill_parts": parts}
   md = "\n".join([
       f"| prompt tokens | new tokens | this code s | padded code ({args.old_rev}) s | padded / this "
       f"| FLOP floor s | this / floor | same tokens |",
@@ -93,7 +149,16 @@ def main():
       "",
       f"FLOPs {f / 1e12:.2f} T (causal prefill + {args.new - 1} decode steps) at the matmul rate "
       f"measured in this run, {rate / 1e9:.1f} GFLOP/s. Compile excluded (this code "
-      f"{new['compile_s']:.1f} s, padded {old['compile_s']:.1f} s)."])
+      f"{new['compile_s']:.1f} s, padded {old['compile_s']:.1f} s).",
+      "",
+      f"Where this code's prefill goes (bucket {parts['bucket']}, all layers, each part jitted "
+      "and timed alone):",
+      "",
+      "| part | s | GFLOP | GFLOP/s | x the large matmul's rate |",
+      "|---|---|---|---|---|"] + [
+      f"| {k} | {parts[k]['s']:.2f} | {parts[k]['flops'] / 1e9:.0f} | "
+      f"{parts[k]['gflop_per_s']:.1f} | {parts[k]['gflop_per_s'] * 1e9 / rate:.2f} |"
+      for k in ("linear", "attention")])
   print(md)
   with open(args.out + ".json", "w") as fh:
     json.dump(r, fh, indent=1)

@@ -152,7 +152,8 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, layer_kv: tuple,
   if t >= 2 * QUERY_CHUNK and t % QUERY_CHUNK == 0:  # a long prefill: causal blocks only
     chunks = lambda a: jnp.moveaxis(a.reshape(a.shape[0], t // QUERY_CHUNK, QUERY_CHUNK,
                                               *a.shape[2:]), 1, 0)
-    _, ys = jax.lax.scan(lambda c, qp: (c, live_attention(qp[0], keys, values, qp[1])), None,
+    kt, vt = jnp.moveaxis(keys, 2, 1), jnp.moveaxis(values, 2, 1)  # [B, K, S, E], once
+    _, ys = jax.lax.scan(lambda c, qp: (c, live_attention(qp[0], kt, vt, qp[1], True)), None,
                          (chunks(q), chunks(positions)))  # [T / C, B, C, H * E]
     y = jnp.moveaxis(ys, 0, 1).reshape(q.shape[0], t, -1)
   else:
@@ -169,37 +170,46 @@ QUERY_CHUNK = 256
 
 
 def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
-                   positions: jax.Array) -> jax.Array:
+                   positions: jax.Array, heads_major: bool = False) -> jax.Array:
   """Causal attention of q [B, T, H, E] at `positions` [B, T] over cache slots
-  [0, max position] of keys/values [B, S, K, E], in blocks -> [B, T, H * E]."""
+  [0, max position] of keys/values [B, S, K, E] (or [B, K, S, E] when `heads_major`, the
+  layout a long prefill transposes to once per layer), in blocks -> [B, T, H * E].
+
+  Each KV head's G query heads and T tokens form one [G * T, E] matrix, so a block is
+  one batched product per KV head with no transpose inside the loop."""
   b, t, h, e = q.shape
-  s, kh = keys.shape[1], keys.shape[2]
+  kh, s = (keys.shape[1], keys.shape[2]) if heads_major else (keys.shape[2], keys.shape[1])
   g = h // kh
   blk = min(KEY_BLOCK, s)
-  qg = q.reshape(b, t, kh, g, e).astype(jnp.float32) / jnp.sqrt(jnp.float32(e))
+  qg = jnp.moveaxis(q.reshape(b, t, kh, g, e), 1, 3).reshape(b, kh, g * t, e)  # [B, K, G*T, E]
+  qg = qg.astype(jnp.float32) / jnp.sqrt(jnp.float32(e))
+  qpos = jnp.broadcast_to(positions[:, None, :], (b, g, t)).reshape(b, 1, g * t)  # [B, 1, G*T]
   n_blocks = jnp.minimum((jnp.max(positions) + blk) // blk, -(-s // blk))  # live blocks
+  slot_axis = 2 if heads_major else 1
+
+  def block(a, at):  # [B, K, blk, E]
+    a = jax.lax.dynamic_slice_in_dim(a, at, blk, axis=slot_axis).astype(jnp.float32)
+    return a if heads_major else jnp.moveaxis(a, 1, 2)
 
   def body(j, carry):
-    m, l, acc = carry  # [B, K, G, T], [B, K, G, T], [B, K, G, T, E]
+    m, l, acc = carry  # [B, K, G*T], [B, K, G*T], [B, K, G*T, E]
     start = j * blk
     at = jnp.minimum(start, s - blk)  # the last block may overlap the one before it
-    kb = jax.lax.dynamic_slice_in_dim(keys, at, blk, axis=1).astype(jnp.float32)
-    vb = jax.lax.dynamic_slice_in_dim(values, at, blk, axis=1).astype(jnp.float32)
-    scores = jnp.einsum("btkge,bske->bkgts", qg, kb)  # [B, K, G, T, blk]
+    scores = jnp.einsum("bkme,bkse->bkms", qg, block(keys, at))  # [B, K, G*T, blk]
     kpos = at + jnp.arange(blk)
-    mask = (kpos >= start)[None, None, :] & (kpos[None, None, :] <= positions[:, :, None])
-    scores = jnp.where(mask[:, None, None], scores, -jnp.inf)
+    mask = (kpos >= start)[None, None, None, :] & (kpos[None, None, None, :] <= qpos[..., None])
+    scores = jnp.where(mask, scores, -jnp.inf)
     m_new = jnp.maximum(m, scores.max(-1))
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
     w = jnp.exp(scores - m_safe[..., None])
     corr = jnp.exp(m - m_safe)
-    acc = acc * corr[..., None] + jnp.einsum("bkgts,bske->bkgte", w, vb)
+    acc = acc * corr[..., None] + jnp.einsum("bkms,bkse->bkme", w, block(values, at))
     return m_new, l * corr + w.sum(-1), acc
 
-  init = (jnp.full((b, kh, g, t), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g, t), jnp.float32),
-          jnp.zeros((b, kh, g, t, e), jnp.float32))
+  init = (jnp.full((b, kh, g * t), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g * t), jnp.float32),
+          jnp.zeros((b, kh, g * t, e), jnp.float32))
   _, l, acc = jax.lax.fori_loop(0, n_blocks, body, init)
-  out = acc / l[..., None]  # [B, K, G, T, E]
+  out = (acc / l[..., None]).reshape(b, kh, g, t, e)
   return jnp.moveaxis(out, 3, 1).reshape(b, t, h * e).astype(q.dtype)
 
 
