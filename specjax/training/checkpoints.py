@@ -41,17 +41,20 @@ class _DrainingLoop(asyncio.SelectorEventLoop):
   """An event loop whose close() first lets the tasks still on it finish, as asyncio.run
   does, then shuts down its async generators and default executor.
 
-  orbax runs each restore phase with `run_until_complete` + `close` on a fresh loop
-  (orbax/checkpoint/_src/asyncio_utils.py `_run_sync_via_new_loop`), with no asyncio.run
-  teardown. Its reads are gathered without return_exceptions, so at the first failed read
-  run_until_complete returns and the loop is closed while the other reads are in flight:
-  tensorstore opens and reads on its own C++ thread pool (not Python threads, and the
-  same pool every earlier save or restore used) and `asyncio.to_thread` file reads.
-  Each one, when done, calls `call_soon_threadsafe` on the closed loop ("RuntimeError:
-  Event loop is closed" printed from a tensorstore thread, or logged by
-  concurrent.futures), and the tasks waiting for them stay pending until some later
-  garbage collection finalizes them inside unrelated code. Draining before closing lets
+  orbax (0.12.8) runs each restore phase with `run_until_complete` + `close` on a fresh
+  loop (`_run_sync_via_new_loop` in orbax/checkpoint/_src/asyncio_utils.py), without
+  asyncio.run's teardown, and gathers its reads without return_exceptions: at the first
+  failed read the loop is closed while the other reads are still in flight on
+  tensorstore's native thread pool (made by the first save or restore of the process,
+  invisible to `threading.enumerate`) and in `asyncio.to_thread` workers. Each, when
+  done, calls `call_soon_threadsafe` on the closed loop: "RuntimeError: Event loop is
+  closed", reported as unraisable from a tensorstore thread (pytest: a
+  PytestUnraisableExceptionWarning in whatever test runs then), and the tasks waiting
+  for it stay pending until a later collection. Whether a read is still in flight at
+  the first error is a race, hence the order dependence. Draining before closing lets
   every read the restore started deliver its result to a live loop.
+  (Not covered: a restore called inside a running event loop, e.g. a notebook, where
+  orbax runs on a uvloop it creates itself.)
   """
   drain_timeout_s = 60.0
 
@@ -80,8 +83,9 @@ class _DrainingLoop(asyncio.SelectorEventLoop):
 class _DrainingPolicy(asyncio.AbstractEventLoopPolicy):
   """The policy in force, except that a loop created in `thread_id` is a _DrainingLoop.
 
-  asyncio's event loop policy is the one public hook into the loops orbax creates; every
-  other thread, and every get/set_event_loop, goes to the policy in force unchanged.
+  asyncio's event loop policy is the one public hook into the loops orbax creates (orbax
+  has no option for it; the policy API is deprecated from Python 3.14 and goes in 3.16).
+  Every other thread, and every get/set_event_loop, goes to the policy in force unchanged.
   """
 
   def __init__(self, base: asyncio.AbstractEventLoopPolicy, thread_id: int):
