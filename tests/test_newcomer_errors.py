@@ -14,6 +14,8 @@ import inspect
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import jax.numpy as jnp
 import pytest
@@ -179,34 +181,81 @@ def test_specjax_cache_is_a_temporary_directory_in_tests(specjax_cache):
 
 # ----------------------------------------------------------------------- checkpoints
 
-@pytest.mark.xfail(strict=False, reason="order-dependent: in some test orders orbax still leaves "
-                   "an orphaned task after a failed restore; the settling fix is incomplete")
-def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path):
-  """orbax closes its event loop at the first read error; the other reads' tasks must be
-  gone when restore raises, not finalized at a random later collection ("RuntimeError:
-  Event loop is closed" inside whatever test runs then)."""
+def _asyncio_objects():
+  return [o for o in gc.get_objects()
+          if isinstance(o, (asyncio.Future, asyncio.AbstractEventLoop)) or inspect.iscoroutine(o)]
+
+
+@pytest.mark.parametrize("read_in_flight", [False, True], ids=["all_garbage", "read_in_flight"])
+def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path, capfd, caplog, monkeypatch,
+                                                           read_in_flight):
+  """orbax closes its event loop at the first failed read while its other reads are in
+  flight (tensorstore's thread pool, to_thread); they must finish inside the failure path,
+  not call back into the closed loop ("RuntimeError: Event loop is closed") or leave
+  pending tasks that a later collection finalizes inside whatever test runs then.
+
+  all_garbage: every data file overwritten (whether a read is still in flight at the first
+  error is a race). read_in_flight: deterministic; the OCDBT manifest, which every array
+  read opens first, is a FIFO that blocks until a writer opens it after the array metadata
+  read has already failed, so an array read is certainly pending when orbax gives up.
+  """
   from specjax.training import CheckpointError, Checkpointer
   state = {"a": jnp.arange(300.0), "b": jnp.ones((8, 8)), "c": {"d": jnp.zeros(5)}}
   ckpt = Checkpointer(str(tmp_path))
   ckpt.save(3, state)
+  ckpt.restore(state)  # a restore that worked first: its loops and pools exist before
   ckpt.close()
+  default = tmp_path / "checkpoints" / "3" / "default"
   for root, _, files in os.walk(tmp_path / "checkpoints" / "3"):
     for f in files:
       if not f.startswith("_"):
         with open(os.path.join(root, f), "wb") as fh:
           fh.write(b"not a checkpoint")
+  manifest, woke, writer = str(default / "manifest.ocdbt"), threading.Event(), None
+  if read_in_flight:
+    if not hasattr(os, "mkfifo"):
+      pytest.skip("needs a POSIX FIFO")
+    os.remove(manifest)
+    os.mkfifo(manifest)
+
+    def write_garbage():
+      time.sleep(0.5)  # the array metadata read fails long before
+      woke.set()
+      fd = os.open(manifest, os.O_WRONLY)  # the blocked array read goes on from here
+      try:
+        os.write(fd, b"not a checkpoint")
+      except BrokenPipeError:
+        pass
+      finally:
+        os.close(fd)
+    writer = threading.Thread(target=write_garbage, daemon=True)
   gc.collect()
-  # Only what this restore leaves counts (earlier tests in the same process may hold theirs).
-  before = {id(o) for o in gc.get_objects()
-            if isinstance(o, (asyncio.Future, asyncio.AbstractEventLoop)) or inspect.iscoroutine(o)}
-  ckpt = Checkpointer(str(tmp_path))
+  before = {id(o) for o in _asyncio_objects()}  # earlier tests in this process may hold theirs
+  unraisable = []  # a tensorstore read calling back into a closed loop reports here
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(repr(u.exc_value)))
+  ckpt, policy = Checkpointer(str(tmp_path)), asyncio.get_event_loop_policy()
   try:
-    with pytest.raises(CheckpointError, match="corrupt"):
+    if writer is not None:
+      writer.start()
+    with pytest.raises(CheckpointError, match="corrupt") as err:
       ckpt.restore(state)
-    leftovers = [o for o in gc.get_objects() if id(o) not in before
-                 and (isinstance(o, asyncio.Future) or inspect.iscoroutine(o))]
-    closed_loops = [o for o in gc.get_objects() if id(o) not in before
+    waited_for_the_read = woke.is_set()
+    leftovers = [o for o in _asyncio_objects() if id(o) not in before
+                 and not isinstance(o, asyncio.AbstractEventLoop)]
+    closed_loops = [o for o in _asyncio_objects() if id(o) not in before
                     and isinstance(o, asyncio.AbstractEventLoop) and o.is_closed()]
   finally:
     ckpt.close()
+    if writer is not None:
+      os.close(os.open(manifest, os.O_RDONLY | os.O_NONBLOCK))  # frees a writer still blocked
+      writer.join(5)
   assert not leftovers and not closed_loops, (leftovers[:5], closed_loops)
+  assert "\n" not in str(err.value)
+  assert asyncio.get_event_loop_policy() is policy  # the drain is scoped to the restore
+  if read_in_flight:
+    assert waited_for_the_read, "restore raised while an array read was still in flight"
+  gc.collect()
+  assert not unraisable, unraisable
+  out, errs = capfd.readouterr()
+  assert "Event loop is closed" not in out + errs + caplog.text, (errs + caplog.text)[-2000:]
+  assert not [r for r in caplog.records if r.name in ("asyncio", "concurrent.futures")], caplog.text

@@ -15,8 +15,9 @@ on one mesh shape (say 2 x 4) resumes on another (8 x 1) or on one device.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
-import logging
 import os
 import threading
 import time
@@ -36,27 +37,91 @@ def _abstract(tree):
   return jax.tree.map(leaf, tree)
 
 
-def _settle_failed_restore(before: set, timeout_s: float = 10.0) -> None:
-  """Lets the reads of a failed orbax restore finish inside the failure path.
+class _DrainingLoop(asyncio.SelectorEventLoop):
+  """An event loop whose close() first lets the tasks still on it finish, as asyncio.run
+  does, then shuts down its async generators and default executor.
 
-  orbax runs a restore in an event loop of its own and closes it at the first error,
-  while reads it started in worker threads (`asyncio.to_thread`) are still running.
-  Each one, when done, hands its result to the closed loop ("RuntimeError: Event loop
-  is closed"), and the pending futures they feed are finalized at some later garbage
-  collection, inside whatever code runs then. Waiting for the threads this restore
-  started and collecting their futures here keeps that out of the caller; their
-  callback errors are orphans of the failure being reported, so they are not logged.
+  orbax (0.12.8) runs each restore phase with `run_until_complete` + `close` on a fresh
+  loop (`_run_sync_via_new_loop` in orbax/checkpoint/_src/asyncio_utils.py), without
+  asyncio.run's teardown, and gathers its reads without return_exceptions: at the first
+  failed read the loop is closed while the other reads are still in flight on
+  tensorstore's native thread pool (made by the first save or restore of the process,
+  invisible to `threading.enumerate`) and in `asyncio.to_thread` workers. Each, when
+  done, calls `call_soon_threadsafe` on the closed loop: "RuntimeError: Event loop is
+  closed", reported as unraisable from a tensorstore thread (pytest: a
+  PytestUnraisableExceptionWarning in whatever test runs then), and the tasks waiting
+  for it stay pending until a later collection. Whether a read is still in flight at
+  the first error is a race, hence the order dependence. Draining before closing lets
+  every read the restore started deliver its result to a live loop.
+  (Not covered: a restore called inside a running event loop, e.g. a notebook, where
+  orbax runs on a uvloop it creates itself.)
   """
-  deadline = time.monotonic() + timeout_s
-  quiet = logging.getLogger("concurrent.futures")
-  level = quiet.level
-  quiet.setLevel(logging.CRITICAL + 1)
-  try:
-    for thread in set(threading.enumerate()) - before:
-      thread.join(max(0.0, deadline - time.monotonic()))
-    gc.collect()
-  finally:
-    quiet.setLevel(level)
+  drain_timeout_s = 60.0
+
+  def close(self) -> None:
+    if not self.is_running() and not self.is_closed():
+      try:
+        self._drain()
+      finally:
+        super().close()
+    else:
+      super().close()
+
+  def _drain(self) -> None:
+    deadline = time.monotonic() + self.drain_timeout_s
+    while pending := asyncio.all_tasks(self):
+      left = deadline - time.monotonic()
+      everything = asyncio.gather(*pending, return_exceptions=True)  # retrieves their errors
+      try:
+        self.run_until_complete(asyncio.wait_for(everything, max(left, 0.0)))
+      except asyncio.TimeoutError:  # wait_for cancelled them; a stuck read is not waited for
+        break
+    self.run_until_complete(self.shutdown_asyncgens())
+    self.run_until_complete(self.shutdown_default_executor())
+
+
+class _DrainingPolicy(asyncio.AbstractEventLoopPolicy):
+  """The policy in force, except that a loop created in `thread_id` is a _DrainingLoop.
+
+  asyncio's event loop policy is the one public hook into the loops orbax creates (orbax
+  has no option for it; the policy API is deprecated from Python 3.14 and goes in 3.16).
+  Every other thread, and every get/set_event_loop, goes to the policy in force unchanged.
+  """
+
+  def __init__(self, base: asyncio.AbstractEventLoopPolicy, thread_id: int):
+    self._base, self._thread_id = base, thread_id
+
+  def new_event_loop(self):
+    if threading.get_ident() == self._thread_id:
+      return _DrainingLoop()
+    return self._base.new_event_loop()
+
+  def get_event_loop(self):
+    return self._base.get_event_loop()
+
+  def set_event_loop(self, loop) -> None:
+    self._base.set_event_loop(loop)
+
+  def get_child_watcher(self):
+    return self._base.get_child_watcher()
+
+  def set_child_watcher(self, watcher) -> None:
+    self._base.set_child_watcher(watcher)
+
+
+_POLICY_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _loops_drain_on_close():
+  """Within the block, event loops this thread creates wait for their tasks on close."""
+  with _POLICY_LOCK:
+    base = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingPolicy(base, threading.get_ident()))
+    try:
+      yield
+    finally:
+      asyncio.set_event_loop_policy(base)
 
 
 class Checkpointer:
@@ -108,12 +173,12 @@ class Checkpointer:
       raise CheckpointError(
           f"No {kind} checkpoint{'' if step is None else f' for step {step}'} under {where}; "
           f"available steps: {sorted(manager.all_steps())}.")
-    before = set(threading.enumerate())
     try:
-      return manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+      with _loops_drain_on_close():
+        return manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
     except Exception as e:  # noqa: BLE001 - orbax raises many kinds; summarised below
       reason = f"{type(e).__name__}: {e}"
-    _settle_failed_restore(before)
+    gc.collect()  # the failed reads' finished futures sit in traceback cycles; free them here
     raise CheckpointError(
         f"The {kind} checkpoint at {where} (step {step}) is corrupt or does not match this "
         f"config's draft ({reason}). It was left untouched: move it away to resume from an "
