@@ -1,0 +1,96 @@
+"""Measured speed of tree="auto" against every chain, on the embedded target (one run).
+
+    PYTHONPATH=. python experiments/trees/speed.py --out=experiments/trees/speed
+
+Greedy, batch 1, the held-out prompts (one per category), `--max_new` new tokens, the
+shipped default draft: the target alone, the chain at k = 1..6, tree="auto" at depth
+`--k` (its calibration runs once, before the timing, and is reported apart) and two
+fixed trees, timed round-robin (`--repeats` rounds, the fastest of each setting per prompt
+counts; compile excluded). Tokens/s is summed over the prompts. Also checks that every
+setting's tokens equal the target alone's. Writes <out>.json and <out>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import specjax  # noqa: E402
+from specjax.bench import prompts as prompts_lib  # noqa: E402
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--out", default="experiments/trees/speed")
+  ap.add_argument("--k", type=int, default=4)
+  ap.add_argument("--max_new", type=int, default=48)
+  ap.add_argument("--repeats", type=int, default=2)
+  ap.add_argument("--draft", default="smollm2-135m-draft")
+  args = ap.parse_args()
+  target = specjax.load_model("smollm2-135m")
+  draft = specjax.load_model(args.draft, target=target)
+  prompts = [target.encode(r["text"], chat=True)
+             for r in prompts_lib.select("heldout", per_category=1)]
+  settings = {"target": dict(draft=None, k=1)}
+  for k in range(1, 7):
+    settings[f"chain k={k}"] = dict(draft=draft, k=k)
+  settings[f"tree=auto k={args.k}"] = dict(draft=draft, k=args.k, tree="auto")
+  for spec in ("static:2,1,1,1", "dynamic:8"):
+    settings[f"{spec} k={args.k}"] = dict(draft=draft, k=args.k, tree=spec)
+  start = time.perf_counter()
+  chosen = specjax.generate(target, prompts[:4], args.max_new, **settings[f"tree=auto k={args.k}"])
+  calibration_s = time.perf_counter() - start
+  best, tokens, passes, ref = {}, {}, {}, {}
+  for name, kw in settings.items():  # compile every setting and prompt length first
+    for i, p in enumerate(prompts):
+      specjax.generate(target, [p], args.max_new, **kw)
+  for _ in range(args.repeats):
+    for name, kw in settings.items():
+      for i, p in enumerate(prompts):
+        out = specjax.generate(target, [p], args.max_new, **kw)
+        if name == "target":
+          ref[i] = out.tokens
+        same = out.tokens == ref.get(i, out.tokens)
+        prev = best.get((name, i))
+        if prev is None or out.stats.wall_time_s < prev[0]:
+          best[(name, i)] = (out.stats.wall_time_s, int(out.stats.new_tokens.sum()),
+                             out.stats.tokens_per_pass, same)
+  rows = []
+  for name in settings:
+    wall = sum(best[(name, i)][0] for i in range(len(prompts)))
+    new = sum(best[(name, i)][1] for i in range(len(prompts)))
+    tpp = [best[(name, i)][2] for i in range(len(prompts))]
+    rows.append({"setting": name, "tokens_per_s": new / wall, "wall_s": wall, "new_tokens": new,
+                 "tokens_per_pass": sum(tpp) / len(tpp),
+                 "same_tokens_as_target": all(best[(name, i)][3] for i in range(len(prompts)))})
+  base = rows[0]["tokens_per_s"]
+  chains = [r for r in rows if r["setting"].startswith("chain")]
+  top = max(chains, key=lambda r: r["tokens_per_s"])
+  auto = next(r for r in rows if r["setting"].startswith("tree=auto"))
+  r = {"prompts": len(prompts), "max_new": args.max_new, "k": args.k, "draft": args.draft,
+       "auto_tree": getattr(chosen, "tree", None) or chosen.stats.tree,
+       "calibration_s": calibration_s, "rows": rows, "best_chain": top["setting"],
+       "auto_over_best_chain": auto["tokens_per_s"] / top["tokens_per_s"]}
+  lines = ["| setting | tokens/s | x target | tokens per pass | same tokens as target |",
+           "|---|---|---|---|---|"]
+  for row in rows:
+    lines.append(f"| {row['setting']} | {row['tokens_per_s']:.1f} | "
+                 f"{row['tokens_per_s'] / base:.2f} | {row['tokens_per_pass']:.2f} | "
+                 f"{row['same_tokens_as_target']} |")
+  lines += ["", f"tree='auto' chose {r['auto_tree']} (calibration and cost measurement "
+            f"{calibration_s:.0f} s, once per process); tree=auto / best chain "
+            f"({top['setting']}): {r['auto_over_best_chain']:.2f}x. {len(prompts)} held-out "
+            f"prompts, batch 1, {args.max_new} greedy new tokens, fastest of {args.repeats}."]
+  md = "\n".join(lines)
+  print(md)
+  with open(args.out + ".json", "w") as f:
+    json.dump(r, f, indent=1)
+  with open(args.out + ".md", "w") as f:
+    f.write(md + "\n")
+
+
+if __name__ == "__main__":
+  main()
