@@ -7,6 +7,10 @@ must be refused.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -19,6 +23,7 @@ TARGET = tiny(seed=0)
 DRAFT = perturbed(TARGET, 0.05)
 PROMPTS = random_prompts(5, TARGET.cfg.vocab_size, seed=3)
 TREE = "static:2,2,1"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(prompts, tree=TREE, k=3):
@@ -76,3 +81,17 @@ def test_parse_trees():
       ("chain", "cannot read tree 'chain'")]:
     with pytest.raises(ValueError, match=match):
       common.parse_trees(text, [1, 2])
+
+
+@pytest.mark.parametrize("script,extra", [
+    ("scripts/benchmark.py", ["--config=configs/benchmark_tiny.py", "--config.k=2"]),
+    ("scripts/acceptance_curves.py", ["--config=configs/curves_tiny.py", "--config.ks=1,2"]),
+])
+def test_scripts_reject_a_bad_tree_list_in_one_line(tmp_path, script, extra):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
+  proc = subprocess.run([sys.executable, script, *extra, f"--workdir={tmp_path / 'w'}",
+                         "--config.target=/nonexistent", "--config.trees=static:2,1,1"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: config.trees: tree 'static:2,1,1' has depth 3"), proc.stderr
