@@ -15,7 +15,9 @@ flag in a shell; "," and ":" belong to a tree's spec), each of depth k: "static:
 (a branching factor per depth, k of them) or "dynamic:N[:beam]" (EAGLE-2). Each drafter
 that drafts trees gets a row "<drafter> [<tree>]"; the rows then carry tree,
 nodes_per_round, path_lengths, mean_accepted_path and per-depth acceptance, and the
-table a tree column. "" (default): chains only, outputs as without trees.
+table a tree column. "" (default): chains only, outputs as without trees. A (drafter,
+tree) that cannot run (lookahead drafts no trees, n-gram lookup no dynamic ones) is
+skipped with a note.
 """
 import ml_collections
 

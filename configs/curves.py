@@ -14,8 +14,9 @@ trees: token trees measured beside each drafter's chain, separated by ";" (quote
 flag in a shell; "," and ":" belong to a tree's spec): "static:B1,..,Bk" (a branching
 factor per depth) runs at k = its number of factors, which must be one of `ks`;
 "dynamic:N[:beam]" (EAGLE-2) at every k of `ks` with enough candidates for N nodes.
-"" (default): chains only, and the outputs have no tree column. A drafter that does not
-draft trees (lookahead) keeps its chain rows and gets a note in prompts.json.
+"" (default): chains only, and the outputs have no tree column. A (drafter, tree) that
+cannot run (lookahead drafts no trees, n-gram lookup no dynamic ones) is left out with
+a note in prompts.json; the drafter's chain rows stay.
 """
 import ml_collections
 

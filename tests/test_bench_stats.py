@@ -83,6 +83,16 @@ def test_parse_trees():
       common.parse_trees(text, [1, 2])
 
 
+def test_tree_note_names_the_settings_a_drafter_cannot_run():
+  assert common.tree_note("ngram:2", TARGET, "ngram:2", "static:2,1") is None
+  assert common.tree_note("early_exit:1", TARGET, "early_exit:1", "dynamic:6") is None
+  assert common.tree_note(DRAFT, TARGET, "draft", "dynamic:6") is None
+  assert "does not expand dynamic trees" in common.tree_note("ngram:2", TARGET, "ngram:2",
+                                                             "dynamic:6")
+  assert "does not draft token trees" in common.tree_note("lookahead:3,3", TARGET, "la",
+                                                          "static:2,1")
+
+
 @pytest.mark.parametrize("script,extra", [
     ("scripts/benchmark.py", ["--config=configs/benchmark_tiny.py", "--config.k=2"]),
     ("scripts/acceptance_curves.py", ["--config=configs/curves_tiny.py", "--config.ks=1,2"]),

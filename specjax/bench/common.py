@@ -144,11 +144,17 @@ def parse_trees(text: str, ks) -> dict:
   return out
 
 
-def drafts_trees(draft, target) -> bool:
-  """Whether the drafter `draft` (anything `generate` accepts) drafts token trees."""
+def tree_note(draft, target, label: str, tree: str) -> Optional[str]:
+  """None when the drafter `draft` (anything `generate` accepts) drafts the tree `tree`
+  (a spec), else the note of the skipped (drafter, tree) setting."""
   from specjax.decoding.generate import resolve_drafter
   drafter = resolve_drafter(draft, target)
-  return hasattr(drafter, "propose_tree") and not hasattr(drafter, "round")
+  if not hasattr(drafter, "propose_tree") or hasattr(drafter, "round"):
+    return f"{label!r} does not draft token trees; only its chain is measured"
+  kind = tree.partition(":")[0]
+  if kind not in getattr(drafter, "tree_kinds", ("static", "dynamic")):
+    return f"{label!r} does not expand {kind} trees; {tree!r} is not measured for it"
+  return None
 
 
 def tree_fields(stats: SpecStats) -> dict:

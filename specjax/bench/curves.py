@@ -110,11 +110,13 @@ def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
   temps = [float(x) for x in prompts_lib.parse_list(config.temperatures)]
   trees = common.parse_trees(config.get("trees", ""), ks)  # {spec: [k]}
   with_tree = bool(trees)
-  tree_ok = {label: common.drafts_trees(d, target) for label, d in drafts.items()} if trees else {}
-  for label, ok in tree_ok.items():
-    if not ok:
-      skipped.append({"row": f"{label} with trees", "note": f"{label!r} does not draft token "
-                      "trees; only its chain is measured"})
+  tree_ok = {}  # (drafter label, tree) -> measured
+  for label, d in drafts.items():
+    for tree in trees:
+      note = common.tree_note(d, target, label, tree)
+      tree_ok[(label, tree)] = note is None
+      if note:
+        skipped.append({"row": f"{label} [{tree}]", "note": note})
   with open(os.path.join(workdir, "prompts.json"), "w") as f:
     json.dump({"prompts": rows, "skipped_drafters": skipped}, f, indent=2)
 
@@ -122,7 +124,7 @@ def sweep(config, workdir: str, progress: bool = True) -> list[dict]:
   settings = [(t, "none", None, 0, None) for t in temps]
   settings += [(t, label, d, k, tree) for t in temps for label, d in drafts.items() for k in ks
                for tree in [None] + [x for x, kx in trees.items()
-                                     if k in kx and tree_ok[label]]]
+                                     if k in kx and tree_ok[(label, x)]]]
   writer = SummaryWriter(os.path.join(workdir, "tb"))
   records, base = [], {}
   bar = tqdm(settings, desc="curves", disable=not progress)

@@ -104,11 +104,11 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
         target, [ids[i]], max_new, draft=d, k=k))(d)
     tree_of[("specjax", label)] = (label, None)
   for label, d in drafts.items():
-    if trees and not common.drafts_trees(d, target):
-      skipped.append({"row": f"{label} [trees]", "note": f"{label!r} does not draft token "
-                      "trees; only its chain row is measured"})
-      continue
     for tree in trees:
+      note = common.tree_note(d, target, label, tree)
+      if note:
+        skipped.append({"row": f"{label} [{tree}]", "note": note})
+        continue
       runners[("specjax", f"{label} [{tree}]")] = (lambda d, tree: lambda i: specjax.generate(
           target, [ids[i]], max_new, draft=d, k=k, tree=tree))(d, tree)
       tree_of[("specjax", f"{label} [{tree}]")] = (label, tree)
