@@ -3,10 +3,21 @@
     python scripts/benchmark.py
     python scripts/benchmark.py --config.prompts.source=repeat --config.repeats=5 --workdir=/tmp/bench
     python scripts/benchmark.py --config.hf.enabled=False   # specjax rows only (no torch)
+    python scripts/benchmark.py --config.hf.enabled=False --workdir=/tmp/bench_trees \
+        --config.trees='static:4,2,1,1;dynamic:16'   # + a row per drafter and tree
 
 Rows: specjax target alone, specjax with each drafter in `drafters`, transformers greedy
 generate, prompt lookup and assisted generation (with the draft's Hugging Face export).
 Rows whose draft or export is missing are skipped with a note.
+
+trees: token trees measured beside each drafter's chain, separated by ";" (quote the
+flag in a shell; "," and ":" belong to a tree's spec), each of depth k: "static:B1,..,Bk"
+(a branching factor per depth, k of them) or "dynamic:N[:beam]" (EAGLE-2). Each drafter
+that drafts trees gets a row "<drafter> [<tree>]"; the rows then carry tree,
+nodes_per_round, path_lengths, mean_accepted_path and per-depth acceptance, and the
+table a tree column. "" (default): chains only, outputs as without trees. A (drafter,
+tree) that cannot run (lookahead drafts no trees, n-gram lookup no dynamic ones) is
+skipped with a note.
 """
 import ml_collections
 
@@ -19,6 +30,7 @@ def get_config():
   c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,smollm2-135m-draft-lm"
   c.allow_hub = False  # look unregistered draft names up on the Hugging Face hub
   c.k = 4
+  c.trees = ""  # ";"-separated token trees of depth k, e.g. "static:4,2,1,1;dynamic:16"
   c.max_new_tokens = 64
   c.repeats = 3  # interleaved repetitions; the fastest run of each (row, prompt) counts
   c.prompts = ml_collections.ConfigDict(dict(

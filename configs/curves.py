@@ -3,10 +3,20 @@
     python scripts/acceptance_curves.py --config=configs/curves.py --workdir=/tmp/curves
     python scripts/acceptance_curves.py --config=configs/curves.py --workdir=/tmp/curves \
         --config.drafters=ngram:3 --config.ks=1,2,3,4,6,8 --config.temperatures=0
+    python scripts/acceptance_curves.py --config=configs/curves.py --workdir=/tmp/curves_trees \
+        --config.ks=2,4 --config.temperatures=0 --config.trees='static:4,2,1,1;dynamic:16'
 
 Prompts: the distillation set's held-out split (specjax/data/prompts_heldout.jsonl),
 `per_category` per category. Drafters that are not available (the shipped default
 draft before it is registered) are skipped with a note in prompts.json.
+
+trees: token trees measured beside each drafter's chain, separated by ";" (quote the
+flag in a shell; "," and ":" belong to a tree's spec): "static:B1,..,Bk" (a branching
+factor per depth) runs at k = its number of factors, which must be one of `ks`;
+"dynamic:N[:beam]" (EAGLE-2) at every k of `ks` with enough candidates for N nodes.
+"" (default): chains only, and the outputs have no tree column. A (drafter, tree) that
+cannot run (lookahead drafts no trees, n-gram lookup no dynamic ones) is left out with
+a note in prompts.json; the drafter's chain rows stay.
 """
 import ml_collections
 
@@ -17,6 +27,7 @@ def get_config():
   c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,smollm2-135m-draft-lm"  # as in configs/benchmark.py
   c.allow_hub = False
   c.ks = "1,2,4,6"  # comma-separated
+  c.trees = ""  # ";"-separated token trees, e.g. "static:4,2,1,1;dynamic:16" (see above)
   c.temperatures = "0.0,1.0"  # comma-separated; 0 = greedy
   c.top_k = 0
   c.top_p = 1.0

@@ -5,6 +5,8 @@ and measured speedup, swept over drafters, temperatures and k.
     python scripts/acceptance_curves.py --config=configs/curves.py --workdir=DIR --config.ks=1,2,4,8
     python scripts/acceptance_curves.py --config=configs/curves.py --workdir=DIR \
         --config.prompts.source=path/to/question.jsonl --config.prompts.per_category=0
+    python scripts/acceptance_curves.py --config=configs/curves.py --workdir=DIR \
+        --config.ks=2,4 --config.trees='static:4,2,1,1;dynamic:16'   # chain vs token trees
 
 Prompts (config.prompts.source): a source of specjax/bench/prompts.py (eval, heldout,
 repeat, builtin; "+"-joined) or a prompts .jsonl path: Spec-Bench's question.jsonl
@@ -13,7 +15,9 @@ and acceptance_by_category.png break alpha down by its categories.
 
 Writes to DIR: config.json, prompts.json, curves.jsonl (one JSON record per setting),
 tb/ (TensorBoard), tokens_per_pass_vs_k.png, per_position_acceptance.png,
-speedup_vs_k.png, acceptance_by_category.png and summary.md (printed too).
+speedup_vs_k.png, acceptance_by_category.png and summary.md (printed too); with
+config.trees also a tree column, nodes per round, accepted path lengths and per-depth
+acceptance in the records and tables, and tokens_per_pass_vs_nodes.png.
 """
 import json
 import os
@@ -24,7 +28,7 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/curves.py", "Sweep config.")
-from specjax.bench import curves, prompts as prompts_lib  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax.bench import common, curves, prompts as prompts_lib  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 
@@ -36,6 +40,11 @@ def main(argv):
     prompts_lib.check_config(config.prompts)
   except ValueError as e:
     sys.exit(f"error: config.prompts: {e}")
+  try:  # a bad tree list: one line, before any model loads
+    common.parse_trees(config.get("trees", ""),
+                       [int(x) for x in prompts_lib.parse_list(config.ks)])
+  except ValueError as e:
+    sys.exit(f"error: config.trees: {e}")
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2, sort_keys=True))
@@ -46,7 +55,7 @@ def main(argv):
   with open(os.path.join(workdir, "summary.md"), "w") as f:
     f.write(summary + "\n")
   with open(os.path.join(workdir, "fields.json"), "w") as f:
-    json.dump(curves.RECORD_FIELDS, f, indent=2)
+    json.dump(curves.fields(config), f, indent=2)
   print(summary)
 
 

@@ -4,6 +4,7 @@
     python scripts/benchmark.py --config.prompts.source=repeat --config.repeats=5
     python scripts/benchmark.py --config.prompts.source=eval --config.prompts.per_category=2
     python scripts/benchmark.py --config.prompts.source=path/to/question.jsonl  # Spec-Bench
+    python scripts/benchmark.py --config.trees='static:4,2,1,1;dynamic:16'  # chain vs trees
 
 Prompts (config.prompts.source): a source of specjax/bench/prompts.py (eval, heldout,
 repeat, builtin; "+"-joined) or a prompts .jsonl path: Spec-Bench's question.jsonl
@@ -24,7 +25,7 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/benchmark.py", "Benchmark config.")
-from specjax.bench import prompts as prompts_lib, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax.bench import common, prompts as prompts_lib, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
@@ -37,6 +38,10 @@ def main(argv):
     prompts_lib.check_config(config.prompts)
   except ValueError as e:
     sys.exit(f"error: config.prompts: {e}")
+  try:  # a bad tree list: one line, before any model loads
+    common.parse_trees(config.get("trees", ""), [int(config.k)])
+  except ValueError as e:
+    sys.exit(f"error: config.trees: {e}")
   if _WORKDIR.value:
     os.makedirs(_WORKDIR.value, exist_ok=True)
     with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:

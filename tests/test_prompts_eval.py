@@ -167,6 +167,7 @@ def test_curves_read_spec_bench_per_category(tmp_path, tiny_llama_dir):
                  "--config.drafters=ngram:2", "--config.ks=2", "--config.temperatures=0", "--noprogress")
   assert proc.returncode == 0, proc.stderr[-3000:]
   records = [json.loads(line) for line in (work / "curves.jsonl").read_text().splitlines()]
+  assert all("tree" not in r for r in records)  # no config.trees: no tree axis in the outputs
   spec = [r for r in records if r["drafter"] != "none" and r["k"] == 2]
   assert spec and set(spec[0]["per_category"]) == {"writing", "math_reasoning", "translation"}
   assert "| ngram:2 | 0 | 2 | translation |" in (work / "summary.md").read_text()

@@ -85,13 +85,15 @@ def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
   proc = _run("acceptance_curves.py", "--config=configs/curves_tiny.py", f"--workdir={workdir}",
               f"--config.target={target}", "--config.drafters=ngram:2,early_exit:1",
               "--config.ks=1,2", "--config.temperatures=0,1", "--config.batch_by_category=False",
-              "--noprogress")
-  assert "| drafter | T | k |" in proc.stdout
+              "--config.trees=static:2,1", "--noprogress")
+  assert "| drafter | tree | T | k |" in proc.stdout
   config = json.loads((workdir / "config.json").read_text())
   assert config["target"] == target and config["ks"] == "1,2"
   records = [json.loads(line) for line in (workdir / "curves.jsonl").read_text().splitlines()]
-  # 2 target-alone baselines + 2 drafters x 2 temperatures x 2 values of k.
-  assert len(records) == 2 + 2 * 2 * 2
+  # 2 target-alone baselines + 2 drafters x 2 temperatures x (2 values of k + the tree at k=2).
+  assert len(records) == 2 + 2 * 2 * 3
+  trees = [r for r in records if r["tree"] == "static:2,1"]
+  assert len(trees) == 4 and {r["drafter"] for r in trees} == {"ngram:2", "early_exit:1"}
   for r in records:
     for key in ("drafter", "k", "temperature", "acceptance_rate", "per_position_acceptance",
                 "tokens_per_pass", "closed_form_tokens_per_pass", "tokens_per_s",
@@ -102,17 +104,32 @@ def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
     assert all(c["speedup"] is None and c["new_tokens"] > 0 for c in r["per_category"].values())
     if r["drafter"] == "none":
       assert r["k"] == 0 and r["tokens_per_pass"] == 1.0 and r["speedup"] == 1.0
+      assert r["tree"] is None
     else:
+      # The tree axis: nodes verified per round, accepted path lengths, per-depth acceptance.
+      assert r["nodes_per_round"] == (2 + 2 if r["tree"] == "static:2,1" else r["k"])
+      assert r["tree"] in ("chain", "static:2,1") and (r["tree_shape"] is None) == (
+          r["tree"] == "chain")
+      assert len(r["path_lengths"]) == r["k"] + 1 and sum(r["path_lengths"]) == r["verify_passes"]
+      assert 0.0 <= r["mean_accepted_path"] <= r["k"]
+      assert r["tokens_per_pass"] <= r["mean_accepted_path"] + 1 + 1e-9
+      assert r["per_depth_acceptance"] == r["per_position_acceptance"]
+      assert len(r["per_rank_acceptance"]) == r["k"]
+      assert all("mean_accepted_path" in c for c in r["per_category"].values())
       assert len(r["per_position_acceptance"]) == r["k"]
       assert 0.0 <= r["acceptance_rate"] <= 1.0
       assert 1.0 <= r["tokens_per_pass"] <= r["k"] + 1
       assert r["closed_form_tokens_per_pass"] == pytest.approx(
           sum(r["acceptance_rate"] ** i for i in range(r["k"] + 1)))
   for name in ("tokens_per_pass_vs_k.png", "per_position_acceptance.png", "speedup_vs_k.png",
-               "acceptance_by_category.png"):
+               "acceptance_by_category.png", "tokens_per_pass_vs_nodes.png"):
     assert _png_ok(str(workdir / name)), name
   assert os.listdir(workdir / "tb"), "no TensorBoard event file"
-  assert "| ngram:2 |" in (workdir / "summary.md").read_text()
+  summary = (workdir / "summary.md").read_text()
+  assert "| ngram:2 | chain | 0 | 2 | 2 |" in summary
+  assert "| ngram:2 | static:2,1 | 0 | 2 | 4 |" in summary
+  assert "Acceptance per depth" in summary
+  assert "nodes_per_round" in json.loads((workdir / "fields.json").read_text())
 
 
 @pytest.mark.slow
@@ -124,13 +141,14 @@ def test_benchmark_end_to_end(tiny_dirs, tmp_path):
   proc = _run("benchmark.py", "--config=configs/benchmark_tiny.py", f"--workdir={workdir}",
               f"--config.target={target}", f"--config.drafters=ngram:2,{target},missing-draft",
               f"--config.k={k}", "--config.prompts.categories=chat", "--noprogress",
-              f"--json_out={tmp_path / 'out.json'}")
+              "--config.trees=static:2,1", f"--json_out={tmp_path / 'out.json'}")
   result = json.loads((workdir / "results.json").read_text())
   assert json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
   rows = {(r["framework"], r["row"]): r for r in result["rows"]}
+  tree_rows = {("specjax", "ngram:2 [static:2,1]"), ("specjax", f"{target} [static:2,1]")}
   assert set(rows) == {("specjax", "target"), ("specjax", "ngram:2"), ("specjax", target),
                        ("transformers", "greedy"), ("transformers", "prompt_lookup"),
-                       ("transformers", "assisted")}
+                       ("transformers", "assisted")} | tree_rows
   assert any(s["row"] == "missing-draft" for s in result["skipped"])
   for r in rows.values():
     for key in ("tokens_per_s", "speedup", "vs_hf_greedy", "acceptance_rate", "tokens_per_pass",
@@ -141,14 +159,29 @@ def test_benchmark_end_to_end(tiny_dirs, tmp_path):
     assert r["identical_to_base"], r["row"]  # greedy speculative == greedy alone
   assert rows[("specjax", "target")]["speedup"] == 1.0
   assert rows[("transformers", "greedy")]["vs_hf_greedy"] == 1.0
-  for fw, name in (("specjax", target), ("transformers", "assisted")):
+  for fw, name in (("specjax", target), ("transformers", "assisted"),
+                   ("specjax", f"{target} [static:2,1]")):
     assert rows[(fw, name)]["acceptance_rate"] == 1.0, (fw, rows[(fw, name)])
     assert rows[(fw, name)]["tokens_per_pass"] > 2.0
+  # The tree axis: a tree row per drafter, chain rows marked "chain", the rest None.
+  for key, r in rows.items():
+    want = ("static:2,1" if key in tree_rows else
+            "chain" if key in {("specjax", "ngram:2"), ("specjax", target)} else None)
+    assert r["tree"] == want, key
+    nodes = {"static:2,1": 4, "chain": k, None: 0 if key[0] == "specjax" else None}[want]
+    assert r["nodes_per_round"] == nodes, key
+    if want:
+      assert sum(r["path_lengths"]) > 0 and len(r["per_depth_acceptance"]) == k
+  assert rows[("specjax", f"{target} [static:2,1]")]["mean_accepted_path"] == k  # draft = target
+  assert rows[("specjax", f"{target} [static:2,1]")]["drafter"] == target
   # Both frameworks decode the same ids with the same weights: same greedy output.
   assert rows[("transformers", "greedy")]["same_as_specjax_target"] == 1.0
   costs = result["costs"]["specjax"]
   assert costs["c_step"] > 0 and costs["c_verify"] > 0 and set(costs["c_draft"]) == {"ngram:2", target}
+  assert costs["c_verify_tree"]["static:2,1"] > 0 and set(costs["c_draft_tree"]) == {
+      name for _, name in tree_rows}
   assert "tok/s" in proc.stdout and "skipped missing-draft" in proc.stdout
+  assert any(line.startswith("framework") and " tree " in line for line in proc.stdout.splitlines())
 
 
 @pytest.mark.slow

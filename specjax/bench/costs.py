@@ -69,8 +69,9 @@ def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
 
 
 def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperature: float = 0.0,
-               n: int = 5, repeats: int = 3, seed: int = 0) -> float:
-  """Seconds of one `propose` of the drafter `draft` (anything `generate` accepts)."""
+               n: int = 5, repeats: int = 3, seed: int = 0, tree=None) -> float:
+  """Seconds of one `propose` of the drafter `draft` (anything `generate` accepts), or
+  with `tree` (a `TreeSpec` of depth k) of one `propose_tree`."""
   drafter = resolve_drafter(draft, target)
   rng = np.random.default_rng(seed)
   context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
@@ -87,6 +88,8 @@ def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperatur
   def propose(drafter, state, params, cache, tokens, n_tokens, key):
     ctx = DraftContext(target_params=params, target_cache=cache, tokens=tokens, n_tokens=n_tokens,
                        target_cfg=cfg, k=k, sampling=sampling)
+    if tree is not None:
+      return drafter.propose_tree(state, ctx, tree, key)[0]
     drafts, q, _, _ = drafter.propose(state, ctx, key)
     return drafts, q
 

@@ -7,6 +7,8 @@ One run, same prompts (token ids), same stop ids, greedy, batch 1 per prompt. Ro
   transformers greedy                     `generate` (baseline of its framework)
   transformers prompt_lookup              `prompt_lookup_num_tokens=k`
   transformers assisted                   `assistant_model=` the exported draft
+  specjax      <drafter> [<tree>]         with `config.trees`: each drafter that drafts
+                                          token trees, once per tree (same k)
 
 Measurements are interleaved: every repetition runs every row on every prompt, the
 row order rotating between repetitions, and each (row, prompt) keeps its fastest run,
@@ -23,6 +25,7 @@ from typing import Optional
 from absl import logging
 
 from specjax.bench import common, costs, prompts as prompts_lib
+from specjax.decoding import tree as tree_lib
 
 ROW_FIELDS = {
     "framework": "specjax or transformers",
@@ -44,6 +47,19 @@ ROW_FIELDS = {
     "fraction_of_ideal": "speedup / ideal_speedup",
     "identical_to_base": "greedy output equals the same framework's target-alone output "
                          "on every prompt",
+}
+TREE_ROW_FIELDS = {  # with config.trees only
+    "drafter": "the drafter of a specjax row (row = drafter, plus ' [tree]' for a tree row)",
+    "tree": "'chain', the token tree's spec ('static:4,2,1,1', 'dynamic:16'), or None for "
+            "target-alone and transformers rows",
+    "tree_shape": "the tree as generate built it (None for a chain)",
+    "nodes_per_round": "draft nodes the target verifies per round (k for a chain)",
+    "path_lengths": "[k+1]: verify passes that accepted n drafts (the accepted path's length)",
+    "mean_accepted_path": "accepted drafts per verify pass",
+    "per_depth_acceptance": "P(a node of depth i+1 accepted | depth i reached), i = 0..k-1",
+    "per_rank_acceptance": "[k][R]: P(the r-th child accepted | reached and ranks < r rejected)",
+    "c_round": "tree rows: costs.specjax.c_draft_tree[row] (one timed propose_tree) + "
+               "c_verify_tree[tree] (one target pass over the tree's N + 1 nodes)",
 }
 
 
@@ -78,12 +94,24 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
   ids = [target.encode(r["text"], chat=config.prompts.chat) for r in rows]
   drafts, skipped = common.load_drafts(prompts_lib.parse_list(config.drafters), config.allow_hub,
                                         target)
+  trees = list(common.parse_trees(config.get("trees", ""), [k]))  # specs, all of depth k
 
   # The runners: name -> callable(prompt index) -> (tokens, wall seconds, raw result).
   runners = {("specjax", "target"): lambda i: specjax.generate(target, [ids[i]], max_new)}
+  tree_of = {}  # specjax drafter rows: name -> (drafter label, tree spec or None)
   for label, d in drafts.items():
     runners[("specjax", label)] = (lambda d: lambda i: specjax.generate(
         target, [ids[i]], max_new, draft=d, k=k))(d)
+    tree_of[("specjax", label)] = (label, None)
+  for label, d in drafts.items():
+    for tree in trees:
+      note = common.tree_note(d, target, label, tree)
+      if note:
+        skipped.append({"row": f"{label} [{tree}]", "note": note})
+        continue
+      runners[("specjax", f"{label} [{tree}]")] = (lambda d, tree: lambda i: specjax.generate(
+          target, [ids[i]], max_new, draft=d, k=k, tree=tree))(d, tree)
+      tree_of[("specjax", f"{label} [{tree}]")] = (label, tree)
 
   if config.hf.enabled and peers is None:
     skipped.append({"row": "transformers/*", "note": "no peer module given (scripts/peers.py; "
@@ -126,15 +154,27 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
 
   # Per-pass costs: specjax from jitted calls, transformers from the runs' own forward calls.
   mean_len = int(sum(len(p) for p in ids) / len(ids))
-  ctx_len, max_len = mean_len + max_new // 2, costs.cache_len(max(len(p) for p in ids), max_new, k)
+  specs = {t: tree_lib.parse_tree(t, k) for t in trees}
+  width = max([k] + [spec.slots - 1 for spec in specs.values()])  # draft slots of a round
+  ctx_len = mean_len + max_new // 2
+  max_len = costs.cache_len(max(len(p) for p in ids), max_new, width)
   cost = {"context_len": ctx_len, "cache_len": max_len, "specjax": {}, "transformers": {}}
   if config.costs.enabled:
-    tc = costs.target_costs(target, ctx_len, max_len, [k], n=config.costs.n,
+    tc = costs.target_costs(target, ctx_len, max_len,
+                            [k] + [spec.n_nodes for spec in specs.values()], n=config.costs.n,
                             repeats=config.costs.repeats)
     cost["specjax"] = {"c_step": tc["step"], "c_verify": tc["verify"][k], "c_draft": {}}
     for label, d in drafts.items():
       cost["specjax"]["c_draft"][label] = costs.draft_cost(
           target, d, k, ctx_len, max_len, n=config.costs.n, repeats=config.costs.repeats)
+    if trees:
+      cost["specjax"]["c_verify_tree"] = {t: tc["verify"][spec.n_nodes]
+                                          for t, spec in specs.items()}
+      cost["specjax"]["c_draft_tree"] = {
+          name[1]: costs.draft_cost(target, drafts[label], k, ctx_len, max_len,
+                                    n=config.costs.n, repeats=config.costs.repeats,
+                                    tree=specs[tree])
+          for name, (label, tree) in tree_of.items() if tree is not None}
 
   results = []
   base_tokens = {}
@@ -143,6 +183,8 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
     if name[0] == "specjax":
       st = common.merge_stats([o.stats for o in outs])
       d = st.to_dict()
+      if trees and name in tree_of:
+        d.update(common.tree_fields(st))
       toks = [o.tokens[0] for o in outs]
     else:
       d = peers.summarize(outs)
@@ -167,6 +209,13 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
   for (fw, r), d in results:
     is_base = r in ("target", "greedy")
     row = _spec_row(fw, r, 0 if is_base else k, d, base_tps.get(fw), hf_tps)
+    label, tree = tree_of.get((fw, r), (None, None))
+    if trees:
+      row["drafter"] = label
+      row["tree"] = None if label is None else (tree or "chain")
+      for key in ("tree_shape", "nodes_per_round", "path_lengths", "mean_accepted_path",
+                  "per_depth_acceptance", "per_rank_acceptance"):
+        row[key] = d.get(key)
     row["identical_to_base"] = d["tokens"] == base_tokens.get(fw)
     row["same_as_specjax_target"] = sum(
         a == b for a, b in zip(d["tokens"], base_tokens.get("specjax", []))) / len(ids)
@@ -176,8 +225,12 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
     c_step = c_round = None
     if fw == "specjax" and cost["specjax"]:
       c_step = cost["specjax"]["c_step"]
-      c_round = (c_step if is_base else
-                 cost["specjax"]["c_verify"] + cost["specjax"]["c_draft"].get(r, 0.0))
+      if tree is not None:
+        c_round = (cost["specjax"]["c_verify_tree"][tree]
+                   + cost["specjax"]["c_draft_tree"].get(r, 0.0))
+      else:
+        c_round = (c_step if is_base else
+                   cost["specjax"]["c_verify"] + cost["specjax"]["c_draft"].get(r, 0.0))
     elif fw == "transformers":
       c_step = next((dd.get("c_step") for (f2, r2), dd in results
                      if f2 == "transformers" and r2 == "greedy"), None)
@@ -199,7 +252,7 @@ def run_benchmark(config, progress: bool = True, peers: Optional[ModuleType] = N
 
   return {"config": config.to_dict(), "prompts": rows,
           "prompt_tokens": [len(p) for p in ids], "costs": cost, "rows": table,
-          "skipped": skipped, "fields": ROW_FIELDS,
+          "skipped": skipped, "fields": {**ROW_FIELDS, **(TREE_ROW_FIELDS if trees else {})},
           "machine": {"platform": platform.platform(), "processor": platform.processor(),
                       "python": platform.python_version()}}
 
@@ -244,13 +297,19 @@ def _f(x, spec="{:.2f}"):
 
 
 def format_table(result: dict) -> str:
-  """The console table of `run_benchmark`'s rows, plus skipped rows and notes."""
-  head = (f"{'framework':<13}{'row':<26}{'tok/s':>8}{'x base':>8}{'x hf':>7}{'alpha':>7}"
+  """The console table of `run_benchmark`'s rows, plus skipped rows and notes; with trees
+  a tree column and the nodes verified per round."""
+  trees = any("tree" in r for r in result["rows"])
+  tcol = lambda r: (f"{(r['tree'] or '-')[:19]:<20}{r['nodes_per_round'] or '-':>6}  "
+                    if trees else "")
+  name = lambda r: (r.get("drafter") or r["row"]) if trees else r["row"]
+  head = (f"{'framework':<13}{'row':<26}" + (f"{'tree':<20}{'nodes':>6}  " if trees else "") +
+          f"{'tok/s':>8}{'x base':>8}{'x hf':>7}{'alpha':>7}"
           f"{'tok/pass':>9}{'(cf)':>7}{'ideal x':>9}{'frac':>7}  same")
   lines = [head, "-" * len(head)]
   for r in result["rows"]:
     lines.append(
-        f"{r['framework']:<13}{r['row'][:25]:<26}{_f(r['tokens_per_s'], '{:.1f}'):>8}"
+        f"{r['framework']:<13}{name(r)[:25]:<26}{tcol(r)}{_f(r['tokens_per_s'], '{:.1f}'):>8}"
         f"{_f(r['speedup']):>8}{_f(r['vs_hf_greedy']):>7}{_f(r['acceptance_rate']):>7}"
         f"{_f(r['tokens_per_pass']):>9}{_f(r['closed_form_tokens_per_pass']):>7}"
         f"{_f(r['ideal_speedup']):>9}{_f(r['fraction_of_ideal']):>7}  "
@@ -271,6 +330,10 @@ def format_table(result: dict) -> str:
     lines.append(f"specjax per-pass costs (ms, context {result['costs']['context_len']}): "
                  f"step {1e3 * c['c_step']:.2f}, verify(k+1) {1e3 * c['c_verify']:.2f}, " +
                  ", ".join(f"draft[{n}] {1e3 * v:.2f}" for n, v in c["c_draft"].items()))
+    if c.get("c_verify_tree"):
+      lines.append("  trees (ms): " + ", ".join(
+          [f"verify[{t}] {1e3 * v:.2f}" for t, v in c["c_verify_tree"].items()] +
+          [f"draft[{n}] {1e3 * v:.2f}" for n, v in c["c_draft_tree"].items()]))
   for s in result["skipped"]:
     lines.append(f"skipped {s['row']}: {s['note']}")
   return "\n".join(lines)

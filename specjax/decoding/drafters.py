@@ -342,6 +342,7 @@ class NgramDrafter:
   text, the continuation repeats with the match's period.
   """
   n: int = flax.struct.field(pytree_node=False, default=3)
+  tree_kinds = ("static",)  # the tree kinds propose_tree expands (default: every kind)
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     return ()

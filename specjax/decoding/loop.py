@@ -25,7 +25,7 @@ from specjax.decoding import tree as tree_lib
 from specjax.decoding.drafters import DraftContext, NoDrafter  # NoDrafter: re-exported
 from specjax.decoding.verify import verify_batch, verify_row
 from specjax.models import KVCache
-from specjax.models.interface import Decoder
+from specjax.models.interface import Decoder, target_pass
 
 
 @flax.struct.dataclass
@@ -57,23 +57,6 @@ class LoopState:
   accepted: jax.Array
   path_lengths: jax.Array
   rank_hits: jax.Array
-
-
-def feature_layers(drafter) -> Any:
-  """The target layers whose outputs a drafter reads (EAGLE-3 style), or None: the last
-  hidden state."""
-  layers = getattr(drafter, "feature_layers", None)
-  return None if layers is None else tuple(layers)
-
-
-def _target_pass(target, drafter, tokens, cache, prefill_args=None):
-  """A chain pass (or the prefill) -> (last hidden [B, T, D], cache, what the drafter reads:
-  the last hidden, or its `feature_layers`' outputs concatenated [B, T, L*D])."""
-  layers = feature_layers(drafter)
-  kw = {} if layers is None else {"collect": layers}
-  out = (target.prefill(tokens, *prefill_args, **kw) if prefill_args is not None
-         else target.step(tokens, None, None, cache, **kw))
-  return (out[0], out[1], out[0]) if layers is None else out
 
 
 def greedy_verify(drafts: jax.Array, logits: jax.Array):
@@ -117,8 +100,8 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   key, prefill_key = jax.random.split(key)
 
   # Prefill: the whole prompt bucket at once; the first new token comes from the target.
-  hidden, cache, feats = _target_pass(target, drafter, prompt, None,
-                                      (prompt_lens, max_len))  # [B, P, D]
+  hidden, cache, feats = target_pass(target, drafter, prompt,
+                                     prefill=(prompt_lens, max_len))  # [B, P, D]
   last = target.head(hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
@@ -147,8 +130,8 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
       drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
 
       last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
-      hidden, cache, feats = _target_pass(target, drafter, jnp.concatenate([last, drafts], 1),
-                                          cache)  # [B, k+1, D]
+      hidden, cache, feats = target_pass(target, drafter, jnp.concatenate([last, drafts], 1),
+                                         cache)  # [B, k+1, D]
       logits = target.head(hidden)
       if sampling.greedy and verifier is verify_row:  # exact match: argmaxes, no one-hots
         n_acc, nxt = greedy_verify(drafts, logits)

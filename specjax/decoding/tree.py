@@ -35,6 +35,7 @@ import numpy as np
 
 from specjax import sampling as sampling_lib
 from specjax.models.cache import gather_path
+from specjax.models.interface import target_pass
 
 CHILDREN = ("topk", "sample")
 
@@ -389,12 +390,8 @@ def tree_round(target, drafter, draft_state, ctx, tree: TreeSpec, draft_key, ver
   prefix = cache.lengths  # [B] P = n_tokens - 1: the root goes to slot P
   anc = ancestors(draft.parents, tree.depth)
   mask = tree_mask(prefix, anc, cache.max_len)  # [B, N1, S]
-  layers = getattr(drafter, "feature_layers", None)
-  kw = {} if layers is None else {"collect": tuple(layers)}
-  out = target.step(draft.tokens, prefix[:, None] + draft.depths, mask,
-                    cache.with_lengths(prefix), **kw)  # [B, N1, D]
-  hidden, cache = out[0], out[1]
-  feats = hidden if layers is None else out[2]  # what the drafter reads [B, N1, D or L*D]
+  hidden, cache, feats = target_pass(target, drafter, draft.tokens, cache.with_lengths(prefix),
+                                     prefix[:, None] + draft.depths, mask)  # [B, N1, D or L*D]
   p = sampling_lib.warp(target.head(hidden), ctx.sampling)  # [B, N1, V]
   path, n_acc, nxt = verify_tree(draft, p, verify_key, tree.depth, row_fn)
   cache = gather_path(cache, prefix, path)

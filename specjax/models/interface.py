@@ -19,7 +19,8 @@ causal by position. A token tree passes both: node i at position length + depth(
 seeing the prefix and its ancestors. `n_layers` runs only the first blocks (early exit);
 `collect` (layer indices) adds a third result, those layers' outputs concatenated
 [B, T, L*D], for EAGLE-3 style feature drafts (passed only when a drafter has
-`feature_layers`, so a stub may leave it out).
+`feature_layers`, so a stub may leave it out). `target_pass` is the one place that
+decides it: the loop's prefill and chain passes and the tree pass all call it.
 `vocab_size` and `cfg` are static. `Decoder` implements this once for every family of
 `specjax.models.transformer`; a test can put a stub with the same methods in its place.
 """
@@ -74,3 +75,29 @@ def as_decoder(model) -> Any:
   if all(hasattr(model, m) for m in ("prefill", "step", "head", "init_cache")):
     return model
   return Decoder(params=model.params, cfg=model.cfg)
+
+
+def feature_layers(drafter) -> Optional[tuple]:
+  """The target layers whose outputs a drafter reads (EAGLE-3 style), or None: the last
+  hidden state."""
+  layers = getattr(drafter, "feature_layers", None)
+  return None if layers is None else tuple(int(i) for i in layers)
+
+
+def target_pass(target, drafter, tokens: jax.Array, cache: Optional[KVCache] = None,
+                positions: Optional[jax.Array] = None, mask: Optional[jax.Array] = None,
+                prefill: Optional[tuple] = None):
+  """One target pass and what `drafter` reads from it.
+
+  tokens [B, T] -> (last hidden [B, T, D], cache, feats): feats is the last hidden
+  itself, or the outputs of the drafter's `feature_layers` concatenated [B, T, L*D].
+  prefill=(lengths [B], max_len) runs the prefill (no cache given); otherwise a step
+  after the cache's lengths with `positions` and `mask` (None: the chain's defaults).
+  """
+  layers = feature_layers(drafter)
+  kw = {} if layers is None else {"collect": layers}
+  if prefill is not None:
+    out = target.prefill(tokens, *prefill, **kw)
+  else:
+    out = target.step(tokens, positions, mask, cache, **kw)
+  return (out[0], out[1], out[0]) if layers is None else tuple(out[:3])
