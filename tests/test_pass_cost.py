@@ -107,6 +107,17 @@ def test_tokens_per_pass_formula_matches_closed_form():
   assert sp[2] == pytest.approx((1 + 0.8 + 0.64) / (1.2 + 0.1)) and max(sp, key=sp.get) == 2
 
 
+def test_smoothed_costs_undo_a_noisy_neighbour_and_keep_c1():
+  line = {t: 2.0 + 0.25 * t for t in range(2, 10)}
+  assert auto_k.smooth_costs({1: 1.0, **line}) == pytest.approx({1: 1.0, **line})
+  noisy = {1: 1.0, **line, 9: line[9] * 1.3}  # one slow timing at T = 9
+  full = [1.0] * 8  # every draft accepted: the best k is the largest, k = 8
+  raw = auto_k.expected_speedups(noisy, 0.0, full, range(1, 9))
+  smooth = auto_k.expected_speedups(auto_k.smooth_costs(noisy), 0.0, full, range(1, 9))
+  assert max(raw, key=raw.get) == 7 and max(smooth, key=smooth.get) == 8
+  assert auto_k.smooth_costs({1: 1.0, 2: 1.5, 3: 1.2})[1] == 1.0  # too few points: as given
+
+
 def test_k_auto_yields_the_tokens_of_the_chosen_k(tmp_path, monkeypatch, capfd):
   monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
   target, draft = tiny("llama", seed=0), tiny("llama", layers=1, seed=1)

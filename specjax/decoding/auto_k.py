@@ -5,8 +5,8 @@ Axes: k drafted tokens per round, T = k + 1 tokens per verify pass.
     expected_speedup(k) = tokens_per_pass(k) * c(1) / (c(k + 1) + k * c_draft)
     tokens_per_pass(k)  = 1 + sum_{j <= k} prod_{i <= j} a_i
 
-c(T): seconds of one cached target pass over T tokens, measured on this machine and
-kept in a cost table per machine and model under $SPECJAX_CACHE (default
+c(T): seconds of one cached target pass over T tokens, measured on this machine (T >= 2
+smoothed by a line in T, `smooth_costs`) and kept in a cost table per machine and model under $SPECJAX_CACHE (default
 ~/.cache/specjax)/pass_costs; c_draft: seconds of one draft step (one `propose` at
 K_MAX over K_MAX), cached the same way per drafter; a_i: the per-position acceptance
 P(position i accepted | reached), from a short calibration run at k = K_MAX on the
@@ -42,6 +42,21 @@ def expected_speedups(costs: dict, c_draft: float, acceptance: Sequence[float],
   """{k: tokens_per_pass(k) * c(1) / (c(k+1) + k * c_draft)} for the ks that costs cover."""
   return {k: tokens_per_pass(acceptance, k) * costs[1] / (costs[k + 1] + k * c_draft)
           for k in ks if (k + 1) in costs}
+
+
+def smooth_costs(costs: dict) -> dict:
+  """c(T) with the multi-token passes (T >= 2) replaced by their least-squares line in T.
+
+  A pass of T >= 2 tokens costs a fixed part plus a part growing with T (the probe of
+  experiments/pass_cost); single timings of neighbouring T scatter by 10-30% on a shared
+  CPU, enough to flip the argmax between neighbouring k. c(1) (XLA's matrix-vector path)
+  is kept as measured."""
+  ts = np.array(sorted(t for t in costs if t >= 2), float)
+  if len(ts) < 3:
+    return dict(costs)
+  slope, icept = np.polyfit(ts, np.array([costs[int(t)] for t in ts]), 1)
+  slope = max(float(slope), 0.0)
+  return {1: costs[1], **{int(t): max(icept + slope * t, costs[1]) for t in ts}}
 
 
 def _cache_dir() -> str:
@@ -135,12 +150,13 @@ def choose_k(target, drafter, calibrate, context_len: int, max_len: int, tempera
   stats. Returns {"k", "expected_speedup": {k: x}, "acceptance", "costs", "c_draft"}."""
   stats = calibrate(k_max)
   acceptance = acceptance_from_stats(stats, k_max)
-  costs = pass_costs(target, context_len, max_len, range(1, k_max + 2))
+  measured = pass_costs(target, context_len, max_len, range(1, k_max + 2))
+  costs = smooth_costs(measured)
   c_draft = draft_step_cost(target, drafter, context_len, max_len, temperature)
   speedups = expected_speedups(costs, c_draft, acceptance, range(1, k_max + 1))
   k = max(speedups, key=speedups.get)
   choice = {"k": int(k), "expected_speedup": speedups, "acceptance": acceptance,
-            "costs": costs, "c_draft": c_draft}
+            "costs": costs, "measured_costs": measured, "c_draft": c_draft}
   if log:
     print(f"specjax: k=auto chose k={k} (expected speedup {speedups[k]:.2f}x; "
           f"c(k+1)/c(1) = {costs[k + 1] / costs[1]:.2f}, draft step {c_draft / costs[1]:.3f} "
