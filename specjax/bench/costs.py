@@ -7,13 +7,17 @@ These are the inputs of the ideal-speedup prediction
 c_step: one target forward of 1 token (what the target alone pays per token);
 c_verify(k): one target forward of k+1 tokens (the verify pass);
 c_draft(k): one `drafter.propose` call (k draft steps, their warp and sampling; ~0
-for n-gram lookup). All with a cache already holding `context_len` tokens, batch 1,
-the same cache size as `generate` would allocate. Each cost is the fastest over
+for n-gram lookup) on the inputs the loop gives it: its state from `drafter.init` over
+what `target_pass` hands it (the last hidden state, or the outputs of its
+`feature_layers` concatenated for an EAGLE-3 style draft). All with a cache already
+holding `context_len` tokens, batch 1, the same cache size as `generate` would allocate. Each cost is the fastest over
 `repeats` of the mean over `n` back-to-back calls (the CPU is shared and noisy).
 """
 from __future__ import annotations
 
+import functools
 import time
+import types
 from typing import Optional
 
 import jax
@@ -22,7 +26,8 @@ import numpy as np
 
 from specjax.decoding.drafters import DraftContext
 from specjax.decoding.generate import prompt_bucket, resolve_drafter
-from specjax.models import KVCache, forward, forward_hidden
+from specjax.models import forward
+from specjax.models.interface import as_decoder, feature_layers, target_pass
 from specjax.sampling import SamplingParams
 
 
@@ -45,12 +50,20 @@ def cache_len(prompt_len: int, max_new_tokens: int, k: int) -> int:
   return -(-need // 128) * 128
 
 
-def _filled_cache(target, context: np.ndarray, max_len: int, with_hidden: bool = False):
-  """The target's cache after `context` (and its hidden states [1, T, D] if asked)."""
-  cache = KVCache.init(target.cfg, 1, max_len, target.params["embed"].dtype)
-  hidden, cache = jax.jit(forward_hidden, static_argnums=1)(target.params, target.cfg,
-                                                            jnp.asarray(context)[None], cache)
-  return (cache, hidden) if with_hidden else cache
+@functools.partial(jax.jit, static_argnames=("layers", "max_len"))
+def _prefill(decoder, tokens, layers, max_len):
+  reads = types.SimpleNamespace(feature_layers=layers)  # what the drafter reads
+  return target_pass(decoder, reads, tokens, prefill=(jnp.array([tokens.shape[1]]), max_len))
+
+
+def _filled_cache(target, context: np.ndarray, max_len: int, with_hidden: bool = False,
+                  drafter=None):
+  """The target's cache after `context`, and with_hidden what `drafter` reads from that
+  prefill (`target_pass`, as the loop: the last hidden [1, T, D], or its `feature_layers`'
+  outputs concatenated [1, T, L*D])."""
+  _, cache, feats = _prefill(as_decoder(target), jnp.asarray(context)[None],
+                             feature_layers(drafter), max_len)
+  return (cache, feats) if with_hidden else cache
 
 
 def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
@@ -68,33 +81,43 @@ def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
   return out
 
 
-def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperature: float = 0.0,
-               n: int = 5, repeats: int = 3, seed: int = 0, tree=None) -> float:
-  """Seconds of one `propose` of the drafter `draft` (anything `generate` accepts), or
-  with `tree` (a `TreeSpec` of depth k) of one `propose_tree`."""
-  drafter = resolve_drafter(draft, target)
-  rng = np.random.default_rng(seed)
-  context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
+def draft_call(target, drafter, k: int, context: np.ndarray, max_len: int,
+               temperature: float = 0.0, seed: int = 0, tree=None):
+  """(jitted propose, its args): the first round's proposal after prefilling `context`[:-1]
+  with `context`[-1] as the first new token, on the inputs the loop gives `drafter`.
+  Returns (drafts [1, k], q [1, k, V]), or with `tree` the `TreeDraft`."""
+  context_len = len(context)
   tokens = np.zeros((1, max_len), np.int32)
   tokens[0, :context_len] = context
   n_tokens = jnp.array([context_len], jnp.int32)
-  cache, hidden = _filled_cache(target, context[:-1], max_len, with_hidden=True)
+  cache, feats = _filled_cache(target, context[:-1], max_len, with_hidden=True, drafter=drafter)
   state = drafter.init(target.params, jnp.asarray(context[:-1])[None],
-                       jnp.array([context_len - 1], jnp.int32), max_len, hidden)
-  sampling = SamplingParams(temperature=float(temperature))
-  cfg = target.cfg
-
-  @jax.jit
-  def propose(drafter, state, params, cache, tokens, n_tokens, key):
-    ctx = DraftContext(target_params=params, target_cache=cache, tokens=tokens, n_tokens=n_tokens,
-                       target_cfg=cfg, k=k, sampling=sampling)
-    if tree is not None:
-      return drafter.propose_tree(state, ctx, tree, key)[0]
-    drafts, q, _, _ = drafter.propose(state, ctx, key)
-    return drafts, q
-
+                       jnp.array([context_len - 1], jnp.int32), max_len, feats)
+  propose = functools.partial(_propose, cfg=target.cfg, k=k, tree=tree,
+                              sampling=SamplingParams(temperature=float(temperature)))
   args = (drafter, state, target.params, cache, jnp.asarray(tokens), n_tokens,
           jax.random.PRNGKey(seed))
+  return propose, args
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "k", "sampling", "tree"))
+def _propose(drafter, state, params, cache, tokens, n_tokens, key, *, cfg, k, sampling, tree):
+  ctx = DraftContext(target_params=params, target_cache=cache, tokens=tokens, n_tokens=n_tokens,
+                     target_cfg=cfg, k=k, sampling=sampling)
+  if tree is not None:
+    return drafter.propose_tree(state, ctx, tree, key)[0]
+  drafts, q, _, _ = drafter.propose(state, ctx, key)
+  return drafts, q
+
+
+def draft_cost(target, draft, k: int, context_len: int, max_len: int, temperature: float = 0.0,
+               n: int = 5, repeats: int = 3, seed: int = 0, tree=None) -> float:
+  """Seconds of one `propose` of the drafter `draft` (anything `generate` accepts), or
+  with `tree` (a `TreeSpec` of depth k) of one `propose_tree` (see `draft_call`)."""
+  drafter = resolve_drafter(draft, target)
+  rng = np.random.default_rng(seed)
+  context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
+  propose, args = draft_call(target, drafter, k, context, max_len, temperature, seed, tree)
   return time_call(propose, args, n, repeats)
 
 

@@ -24,6 +24,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from specjax.models.interface import feature_layers
+
 K_MAX = 8
 CALIBRATION_TOKENS = 32
 
@@ -125,6 +127,8 @@ def draft_step_cost(target, drafter, context_len: int, max_len: int, temperature
   from specjax.bench import costs
   ident = (type(drafter).__name__, getattr(drafter, "name", ""), getattr(drafter, "n", ""),
            getattr(drafter, "n_layers", ""), getattr(drafter, "cfg", ""))
+  if feature_layers(drafter) is not None:  # what it reads changes what a step costs
+    ident += (feature_layers(drafter),)
   key = _key(_machine(), getattr(target, "name", ""), target.cfg, _dtype(target), ident,
              _context_bucket(context_len), temperature > 0)
   make = lambda: costs.draft_cost(target, drafter, K_MAX, context_len, max_len,

@@ -235,6 +235,12 @@ class FeatureDrafter:
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     del target_params
+    want = None if self.feature_layers is None else len(self.feature_layers) * self.cfg.d_model
+    if want is not None and hidden.shape[-1] != want:  # else it would skip fc_layers silently
+      raise ValueError(f"The feature draft {self.name!r} reads target layers "
+                       f"{self.feature_layers} (width {want}) but got features of width "
+                       f"{hidden.shape[-1]}: run the target through "
+                       "specjax.models.interface.target_pass with this drafter.")
     b, p = prompt.shape
     features = jnp.zeros((b, max_len, hidden.shape[-1]), hidden.dtype).at[:, :p].set(hidden)
     nxt = jnp.concatenate([prompt[:, 1:], jnp.zeros_like(prompt[:, :1])], axis=1)  # token j + 1
