@@ -64,3 +64,7 @@ def test_auto_tree_with_a_three_layer_feature_draft(tmp_path, monkeypatch, capsy
   chosen = re.search(r"tree='auto': (static:[0-9,]+)", capsys.readouterr().out).group(1)
   fixed = specjax.generate(TARGET, PROMPTS, 12, draft=draft, tree=chosen, k=2, **SAMPLED)
   assert out.stats.tree == fixed.stats.tree and out.tokens == fixed.tokens
+  # The choice is kept for the process: a second call with the same draft (generate
+  # wraps it in a new drafter object) does not calibrate again.
+  again = specjax.generate(TARGET, PROMPTS, 12, draft=draft, tree="auto", k=2, **SAMPLED)
+  assert "tree='auto'" not in capsys.readouterr().out and again.tokens == out.tokens

@@ -82,8 +82,12 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   """Calibrates on (up to 4 of) `prompts`, measures c(T) and the draft, picks the tree."""
   from specjax.bench import costs
   from specjax.decoding.generate import generate
-  key = (getattr(target, "name", id(target)), id(drafter), getattr(drafter, "name", ""), k,
-         sampling)
+  # generate wraps the caller's draft in a new drafter object per call: key on what it
+  # wraps (its weights' identity), so one process calibrates once per target/draft/k.
+  weights = getattr(drafter, "params", None)
+  key = (getattr(target, "name", id(target)), type(drafter).__name__, getattr(drafter, "name", ""),
+         getattr(drafter, "n", None), getattr(drafter, "n_layers", None),
+         id(weights) if weights is not None else None, k, sampling)
   if key in _CHOSEN:
     return _CHOSEN[key]
   calib = TreeSpec.static(_calibration(k))
