@@ -26,33 +26,37 @@ def _dense(p: dict, x: jax.Array) -> jax.Array:
   return y + p["bias"] if "bias" in p else y
 
 
-# A few rows (a verify pass) times a large weight: XLA's CPU dot for [N > 1, I] x [I, O]
-# costs several times its 1-row product (experiments/pass_cost). With the weight stored
-# [O, I] (`params.inference_layout`) and the product taken in blocks of output rows inside
-# a scan, each block read once for all N rows, it costs about what reading the weight does.
-_BLOCKED_MAX_ROWS = 64
-_BLOCK_BYTES = 1 << 20
+# One row (a decode step): with the weight stored [O, I] (`params.inference_layout`:
+# transposed, q/k/v and gate/up fused) the product is XLA's streaming matrix-vector loop
+# over contiguous rows, 22-23 ms a step against 27-30 ms with the canonical [I, O]
+# kernels. Two or more rows (verify passes, prefills, batches): the canonical kernels and
+# XLA's GEMM, which measured faster for 2..33 rows than [O, I] products, plain or taken
+# in row blocks inside a scan (experiments/pass_cost/README.md, measured back to back).
+_T_LAYOUT_MAX_ROWS = 1
 
 
-def _row_block(o: int, i: int) -> int:
-  """The divisor of o nearest to a block of about _BLOCK_BYTES of float32 rows of width i."""
-  want = max(128, _BLOCK_BYTES // (4 * i))
-  return min((d for d in range(1, o + 1) if o % d == 0), key=lambda d: abs(d - want))
+def _rows(x: jax.Array) -> int:
+  rows = 1
+  for n in x.shape[:-1]:
+    rows *= n
+  return rows
+
+
+def _use_t(p: dict, key: str, x: jax.Array) -> bool:
+  """Whether x uses the inference layout's p[key] ([O, I]): up to _T_LAYOUT_MAX_ROWS rows,
+  or whenever no canonical kernel sits beside it."""
+  return key in p and (_rows(x) <= _T_LAYOUT_MAX_ROWS or not _has_canonical(p, key))
+
+
+def _has_canonical(p: dict, key: str) -> bool:
+  names = {"qkv_t": ("q", "k", "v"), "o_t": ("o",), "gate_up_t": ("gate", "up"),
+           "down_t": ("down",), "fc_t": ("fc",), "proj_t": ("proj",)}[key]
+  return all(n in p and "kernel" in p[n] for n in names)
 
 
 def matmul_t(x: jax.Array, wt: jax.Array) -> jax.Array:
   """x [..., I] times a weight stored transposed, wt [O, I] -> [..., O] (x @ wt.T)."""
-  lead, i = x.shape[:-1], x.shape[-1]
-  o = wt.shape[0]
-  rows = 1
-  for n in lead:
-    rows *= n
-  vb = _row_block(o, i)
-  if not 1 < rows <= _BLOCKED_MAX_ROWS or o // vb < 2:
-    return jnp.einsum("...i,oi->...o", x, wt)
-  x2 = x.reshape(rows, i)  # [N, I]
-  _, out = jax.lax.scan(lambda c, w: (c, w @ x2.T), None, wt.reshape(o // vb, vb, i))  # [nb, vb, N]
-  return out.reshape(o, rows).T.reshape(*lead, o)
+  return jnp.einsum("...i,oi->...o", x, wt)
 
 
 def norm(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
@@ -81,7 +85,7 @@ def project_qkv(p: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array):
   """x [B, T, D] -> q [B, T, H, E], k and v [B, T, K, E] (q/k norm and rotary for Llama)."""
   b, t, _ = x.shape
   h, kh, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-  if "qkv_t" in p:  # the fused inference layout
+  if _use_t(p, "qkv_t", x):  # the fused inference layout
     qkv = matmul_t(x, p["qkv_t"])
     if "qkv_bias" in p:
       qkv = qkv + p["qkv_bias"]
@@ -120,7 +124,7 @@ def attention_core(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.A
 
 def out_proj(p: dict, y: jax.Array) -> jax.Array:
   """The attention output projection [B, T, H * E] -> [B, T, D]."""
-  if "o_t" in p:
+  if _use_t(p, "o_t", y):
     y = matmul_t(y, p["o_t"])
     return y + p["o"]["bias"] if "bias" in p["o"] else y
   return _dense(p["o"], y)
@@ -216,11 +220,11 @@ def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
 def mlp(p: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   """The block's MLP (GELU for GPT-2, SwiGLU for Llama)."""
   if cfg.is_gpt2:
-    if "fc_t" in p:
+    if _use_t(p, "fc_t", x):
       hid = jax.nn.gelu(matmul_t(x, p["fc_t"]) + p["fc"]["bias"], approximate=True)
       return matmul_t(hid, p["proj_t"]) + p["proj"]["bias"]
     return _dense(p["proj"], jax.nn.gelu(_dense(p["fc"], x), approximate=True))
-  if "gate_up_t" in p:  # the fused inference layout
+  if _use_t(p, "gate_up_t", x):  # the fused inference layout
     gate, up = jnp.split(matmul_t(x, p["gate_up_t"]), 2, axis=-1)
     return matmul_t(jax.nn.silu(gate) * up, p["down_t"])
   return _dense(p["down"], jax.nn.silu(_dense(p["gate"], x)) * _dense(p["up"], x))
@@ -312,7 +316,7 @@ def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
   if "head_vocab" not in params:
     if cfg.tie_embeddings:  # embed [V, D] is already the [out, in] layout
       return matmul_t(x, params["embed"]).astype(jnp.float32)
-    if "inference" in params:
+    if "inference" in params and _rows(x) <= _T_LAYOUT_MAX_ROWS:
       return matmul_t(x, params["inference"]["head_t"]).astype(jnp.float32)
     return (x @ kernel).astype(jnp.float32)
   # Reduced output vocabulary (FR-Spec style drafts): score only the listed ids;
