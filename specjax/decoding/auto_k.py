@@ -6,7 +6,8 @@ Axes: k drafted tokens per round, T = k + 1 tokens per verify pass.
     tokens_per_pass(k)  = 1 + sum_{j <= k} prod_{i <= j} a_i
 
 c(T): seconds of one cached target pass over T tokens, measured on this machine (T >= 2
-smoothed by a line in T, `smooth_costs`) and kept in a cost table per machine and model under $SPECJAX_CACHE (default
+smoothed by a line in T, `smooth_costs`) and kept in a cost table per machine, model and
+code version (a digest of `models/` and `decoding/`) under $SPECJAX_CACHE (default
 ~/.cache/specjax)/pass_costs; c_draft: seconds of one draft step (one `propose` at
 K_MAX over K_MAX), cached the same way per drafter; a_i: the per-position acceptance
 P(position i accepted | reached), from a short calibration run at k = K_MAX on the
@@ -14,6 +15,7 @@ caller's own prompts and settings.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -77,7 +79,22 @@ def _machine() -> str:
   return f"{platform.node()}|{cpu}|{os.cpu_count()}|{dev.platform}|{dev.device_kind}"
 
 
+@functools.lru_cache(maxsize=None)
+def _code() -> str:
+  """A digest of the modules that decide what a pass costs (the models, the decode loop
+  and its drafters), so a cost table measured with other code is not reused."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  h = hashlib.sha256()
+  for sub in ("models", "decoding"):
+    for name in sorted(os.listdir(os.path.join(root, sub))):
+      if name.endswith(".py"):
+        with open(os.path.join(root, sub, name), "rb") as f:
+          h.update(name.encode() + f.read())
+  return h.hexdigest()[:12]
+
+
 def _key(*parts) -> str:
+  parts = parts + (_code(),)
   return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:20]
 
 
