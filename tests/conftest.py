@@ -34,6 +34,16 @@ _CORPUS = [
 ] * 20
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_jax_caches():
+  """Each test file ends by dropping jax's compiled programs: a worker process that
+  accumulates every program of many files crashed inside XLA's compiler (a segfault in
+  `backend_compile_and_load`, in whichever file came late in that worker)."""
+  yield
+  import jax
+  jax.clear_caches()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def specjax_cache(tmp_path_factory):
   """$SPECJAX_CACHE -> a session temporary directory (what needs it is rebuilt there)."""
