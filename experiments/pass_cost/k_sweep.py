@@ -8,13 +8,13 @@ alone and every fixed k in 1..8 timed round-robin (`--repeats` rounds, fastest c
 and the chosen k's speedup / the best fixed k's. Writes <out>.json and <out>.md.
 """
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from configs.speculate import DEFAULT_PROMPT  # noqa: E402
 from specjax.bench import prompts as prompts_lib  # noqa: E402
+from specjax.bench.common import write_report  # noqa: E402
 from specjax.decoding import generate  # noqa: E402
 from specjax.loading import load_model  # noqa: E402
 
@@ -55,11 +55,7 @@ def main():
   lines += ["", "Measured speedup over the target alone (tokens/s ratio, same run); k=auto's "
             "expected speedups and per-position acceptance are in the JSON."]
   md = "\n".join(lines)
-  print(md)
-  with open(args.out + ".json", "w") as f:
-    json.dump(rows, f, indent=1)
-  with open(args.out + ".md", "w") as f:
-    f.write(md + "\n")
+  write_report(args.out, rows, md)
 
 
 if __name__ == "__main__":

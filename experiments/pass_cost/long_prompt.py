@@ -51,15 +51,20 @@ def _run(path: str, n: int, new: int, repeats: int) -> dict:
   return r
 
 
-def flops(cfg, n: int, new: int) -> float:
-  """Multiply-add FLOPs (2 per MAC) of a causal prefill of n tokens and new - 1 decode steps."""
-  from specjax.bench.pass_cost import pass_flops
+def prefill_flops(cfg, n: int) -> tuple:
+  """Multiply-add FLOPs (2 per MAC) of an n-token prefill's linear products (all layers)
+  and of its causal attention (scores and values over the lower triangle)."""
   d, e = cfg.d_model, cfg.head_dim
-  linear = cfg.n_layers * (d * (cfg.n_heads + 2 * cfg.n_kv_heads) * e + cfg.n_heads * e * d
-                           + 3 * d * cfg.d_ff)
-  prefill = 2.0 * n * linear + 2.0 * cfg.n_layers * 2 * cfg.n_heads * e * n * (n + 1) / 2
-  prefill += 2.0 * d * cfg.vocab_size  # the head, last position only
-  return prefill + sum(pass_flops(cfg, 1, n + i) for i in range(new - 1))
+  linear = 2.0 * n * cfg.n_layers * (d * (cfg.n_heads + 2 * cfg.n_kv_heads) * e
+                                     + cfg.n_heads * e * d + 3 * d * cfg.d_ff)
+  return linear, 2.0 * cfg.n_layers * 2 * cfg.n_heads * e * n * (n + 1) / 2
+
+
+def flops(cfg, n: int, new: int) -> float:
+  """FLOPs of a causal prefill of n tokens (head at the last position) and new - 1 decode steps."""
+  from specjax.bench.pass_cost import pass_flops
+  return (sum(prefill_flops(cfg, n)) + 2.0 * cfg.d_model * cfg.vocab_size
+          + sum(pass_flops(cfg, 1, n + i) for i in range(new - 1)))
 
 
 def prefill_parts(n: int) -> dict:
@@ -94,10 +99,7 @@ def prefill_parts(n: int) -> dict:
       out = out + y[0, -1, 0]
     return out
 
-  d = cfg.d_model
-  lin_flops = 2.0 * p * cfg.n_layers * (d * (cfg.n_heads + 2 * kh) * e + cfg.n_heads * e * d
-                                        + 3 * d * cfg.d_ff)
-  att_flops = 2.0 * cfg.n_layers * 2 * cfg.n_heads * e * p * (p + 1) / 2
+  lin_flops, att_flops = prefill_flops(cfg, p)
   r = {"bucket": p}
   for name, f, args, fl in [("linear", linear, (x,), lin_flops),
                             ("attention", attention, (q, kv), att_flops)]:
@@ -121,6 +123,7 @@ def main():
   args = ap.parse_args()
   import jax
   from specjax.bench import pass_cost
+  from specjax.bench.common import write_report
   from specjax.loading import load_model
   cfg = load_model("smollm2-135m").cfg
   cases, _, mm_flops = pass_cost.floor_cases({"w": jax.numpy.zeros((4,))}, m=1024)
@@ -159,11 +162,7 @@ def main():
       f"| {k} | {parts[k]['s']:.2f} | {parts[k]['flops'] / 1e9:.0f} | "
       f"{parts[k]['gflop_per_s']:.1f} | {parts[k]['gflop_per_s'] * 1e9 / rate:.2f} |"
       for k in ("linear", "attention")])
-  print(md)
-  with open(args.out + ".json", "w") as fh:
-    json.dump(r, fh, indent=1)
-  with open(args.out + ".md", "w") as fh:
-    fh.write(md + "\n")
+  write_report(args.out, r, md)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@
 Writes <out>.json (every figure) and <out>.md (the table). See `specjax.bench.pass_cost`.
 """
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from specjax.bench import pass_cost  # noqa: E402
+from specjax.bench.common import write_report  # noqa: E402
 from specjax.loading import load_model  # noqa: E402
 
 
@@ -27,11 +27,7 @@ def main():
   r = pass_cost.probe(target, ts=[int(t) for t in args.ts.split(",")], rounds=args.rounds,
                       n=args.n, context_len=args.context_len, max_len=args.max_len)
   md = pass_cost.markdown(r)
-  print(md)
-  with open(args.out + ".json", "w") as f:
-    json.dump(r, f, indent=1)
-  with open(args.out + ".md", "w") as f:
-    f.write(md + "\n")
+  write_report(args.out, r, md)
 
 
 if __name__ == "__main__":

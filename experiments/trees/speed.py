@@ -12,7 +12,6 @@ setting's tokens equal the target alone's. Writes <out>.json and <out>.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import specjax  # noqa: E402
 from specjax.bench import prompts as prompts_lib  # noqa: E402
+from specjax.bench.common import write_report  # noqa: E402
 
 
 def main():
@@ -43,7 +43,7 @@ def main():
   start = time.perf_counter()
   chosen = specjax.generate(target, prompts[:4], args.max_new, **settings[f"tree=auto k={args.k}"])
   calibration_s = time.perf_counter() - start
-  best, tokens, passes, ref = {}, {}, {}, {}
+  best, ref = {}, {}
   for name, kw in settings.items():  # compile every setting and prompt length first
     for i, p in enumerate(prompts):
       specjax.generate(target, [p], args.max_new, **kw)
@@ -85,11 +85,7 @@ def main():
             f"({top['setting']}): {r['auto_over_best_chain']:.2f}x. {len(prompts)} held-out "
             f"prompts, batch 1, {args.max_new} greedy new tokens, fastest of {args.repeats}."]
   md = "\n".join(lines)
-  print(md)
-  with open(args.out + ".json", "w") as f:
-    json.dump(r, f, indent=1)
-  with open(args.out + ".md", "w") as f:
-    f.write(md + "\n")
+  write_report(args.out, r, md)
 
 
 if __name__ == "__main__":

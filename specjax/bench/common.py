@@ -1,6 +1,7 @@
 """Helpers shared by the curves and the benchmark: drafter lookup, the tree axis, merged stats."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Optional
 
@@ -10,6 +11,15 @@ from specjax.decoding.stats import SpecStats
 from specjax.errors import LoadError
 
 SPEC_KINDS = ("ngram", "early_exit")
+
+
+def write_report(out: str, record, md: str) -> None:
+  """Prints an experiment's markdown table and writes <out>.json (the record) and <out>.md."""
+  print(md)
+  with open(out + ".json", "w") as f:
+    json.dump(record, f, indent=1)
+  with open(out + ".md", "w") as f:
+    f.write(md + "\n")
 
 
 def is_spec_string(draft: str) -> bool:
