@@ -42,15 +42,9 @@ def _rows(x: jax.Array) -> int:
 
 
 def _use_t(p: dict, key: str, x: jax.Array) -> bool:
-  """Whether x uses the inference layout's p[key] ([O, I]): up to _T_LAYOUT_MAX_ROWS rows,
-  or whenever no canonical kernel sits beside it."""
-  return key in p and (_rows(x) <= _T_LAYOUT_MAX_ROWS or not _has_canonical(p, key))
-
-
-def _has_canonical(p: dict, key: str) -> bool:
-  names = {"qkv_t": ("q", "k", "v"), "o_t": ("o",), "gate_up_t": ("gate", "up"),
-           "down_t": ("down",), "fc_t": ("fc",), "proj_t": ("proj",)}[key]
-  return all(n in p and "kernel" in p[n] for n in names)
+  """Whether x uses the inference layout's p[key] ([O, I]): up to _T_LAYOUT_MAX_ROWS rows.
+  `layer_params` merges that layout into the canonical weights, which serve the rest."""
+  return key in p and _rows(x) <= _T_LAYOUT_MAX_ROWS
 
 
 def matmul_t(x: jax.Array, wt: jax.Array) -> jax.Array:
