@@ -49,6 +49,24 @@ def test_warp_matches_numpy(temperature, top_k, top_p):
   assert np.allclose(got.sum(-1), 1, atol=1e-5)
 
 
+@pytest.mark.parametrize("top_p", [0.001, 0.3, 0.9, 0.95, 0.999])
+def test_top_p_on_a_large_vocabulary(top_p):
+  """The sort-free top-p (a bisection over the logits' order keys) keeps exactly the ids
+  the sorted rule keeps on a 4096-id vocabulary: negative, zero (-0.0 too) and large
+  logits, peaked and flat rows, and -inf entries left by top-k."""
+  rng = np.random.default_rng(2)
+  logits = rng.normal(size=(5, 4096)) * np.array([[0.3], [2.0], [6.0], [1.0], [1.0]])
+  logits[3, :100] = 0.0
+  logits[3, 100:200] = -0.0
+  logits[4, rng.permutation(4096)[:3000]] = -np.inf
+  logits = logits.astype(np.float32)
+  got = np.asarray(warp(logits, SamplingParams(1.0, 0, top_p)))
+  for row, g in zip(logits, got):
+    want = numpy_warp(row, 1.0, 0, top_p)
+    np.testing.assert_array_equal(g > 0, want > 0)
+    np.testing.assert_allclose(g, want, atol=1e-6)
+
+
 # Tied logits: groups of 2, 3, 2 and 3 equal values. Mass of the groups at T = 1:
 # ~0.46, 0.38, 0.09, 0.06, so each top_p below lands inside a group, away from a group edge.
 TIED = np.log(np.array([6, 6, 3.33, 3.33, 3.33, 1.2, 1.2, 0.5, 0.5, 0.5]))
