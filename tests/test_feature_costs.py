@@ -68,3 +68,22 @@ def test_auto_tree_with_a_three_layer_feature_draft(tmp_path, monkeypatch, capsy
   # wraps it in a new drafter object) does not calibrate again.
   again = specjax.generate(TARGET, PROMPTS, 12, draft=draft, tree="auto", k=2, **SAMPLED)
   assert "tree='auto'" not in capsys.readouterr().out and again.tokens == out.tokens
+
+
+def test_auto_tree_reads_the_cached_cost_table(tmp_path, monkeypatch, capsys):
+  """tree="auto" takes c(T) and the draft cost from k="auto"'s cost tables: in a new
+  process (the per-process choice cleared) nothing is timed again, and the same tree
+  is chosen."""
+  from specjax.decoding import tree_auto
+  draft = _auto_setup(tmp_path, monkeypatch)
+  specjax.generate(TARGET, PROMPTS, 12, draft=draft, tree="auto", k=2, **SAMPLED)
+  first = re.search(r"tree='auto': (static:[0-9,]+)", capsys.readouterr().out).group(1)
+  assert list(tmp_path.rglob("target-*.json")) and list(tmp_path.rglob("draft-*.json"))
+  monkeypatch.setattr(tree_auto, "_CHOSEN", {})
+
+  def timed(*a, **kw):
+    raise AssertionError("timed again instead of reading the cost table")
+  monkeypatch.setattr(costs, "target_costs", timed)
+  monkeypatch.setattr(costs, "draft_cost", timed)
+  specjax.generate(TARGET, PROMPTS, 12, draft=draft, tree="auto", k=2, **SAMPLED)
+  assert re.search(r"tree='auto': (static:[0-9,]+)", capsys.readouterr().out).group(1) == first

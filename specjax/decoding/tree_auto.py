@@ -10,9 +10,12 @@ round are then
     E(tree) = 1 + sum over nodes of P(node), P(child) = P(parent) prod_{r'<r} (1 - a[d][r']) a[d][r]
 
 (as Sequoia's positional acceptance model), and a round costs c_draft + c(N + 1), with
-c(T) the measured target pass over T tokens (`specjax.bench.costs`, interpolated
-between measured sizes) and c_draft one measured chain proposal of k steps (a tree's
-per-depth draft passes over a few nodes each cost about as much on a small draft).
+c(T) the target pass over T tokens and c_draft k draft steps (a tree's per-depth draft
+passes over a few nodes each cost about as much on a small draft), both from k="auto"'s
+cost tables (`auto_k.pass_costs`, `auto_k.draft_step_cost`): measured once per machine,
+model and code, and cached. Sizes here span 2..65 tokens, where c(T) bends, so c(T) is
+interpolated between the measured sizes (made non-decreasing) rather than fitted by
+k="auto"'s line.
 The chosen tree maximises E / cost over every non-increasing branching per depth that
 the calibration tree covers, the chain (all ones) included.
 """
@@ -23,6 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from specjax.decoding import auto_k
 from specjax.decoding.tree import TreeSpec
 
 CALIBRATION = (4, 2, 2, 2, 1, 1, 1, 1)  # branching per depth of the calibration tree
@@ -97,10 +101,10 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   context = max(8, min(len(p) for p in prompts[:4]))
   max_len = costs.cache_len(context, max_new, MAX_NODES)
   sizes = sorted({1, 2, 4, 8, 16, 32, MAX_NODES + 1, k + 1})
-  measured = costs.target_costs(target, context, max_len, [t - 1 for t in sizes[1:]])
+  measured = auto_k.pass_costs(target, context, max_len, sizes)
   ts = np.array(sizes, float)
-  cs = np.array([measured["step"]] + [measured["verify"][t - 1] for t in sizes[1:]])
-  c_draft = costs.draft_cost(target, drafter, k, context, max_len, sampling.temperature)
+  cs = np.maximum.accumulate([measured[t] for t in sizes])  # a larger pass never costs less
+  c_draft = k * auto_k.draft_step_cost(target, drafter, context, max_len, sampling.temperature)
   branching, e, rate = choose(accept, lambda t: float(np.interp(t, ts, cs)), c_draft, k)
   chain_rate = expected_tokens((1,) * k, accept) / (c_draft + float(np.interp(k + 1, ts, cs)))
   spec = TreeSpec.static(branching)
