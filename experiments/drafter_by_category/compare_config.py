@@ -1,5 +1,6 @@
-"""Every drafter per prompt category (see compare.py): one held-out prompt per category,
-greedy, batch 1, 32 new tokens; chain and tree where the drafter builds trees.
+"""Every drafter per prompt category (see compare.py): two prompts per category of the
+evaluation set (`specjax/data/prompts_eval.jsonl`, written by hand, never used by the
+trainer), greedy, batch 1, 48 new tokens; chain and tree where the drafter builds trees.
 
     nice -n 10 python experiments/drafter_by_category/compare.py \
         --config=experiments/drafter_by_category/compare_config.py \
@@ -18,6 +19,7 @@ SETTINGS = ";".join([
     "early exit=early_exit:6|3",
     "early exit tree=early_exit:6|3|static:2,2,1",
     "ngram=ngram:3|4",
+    "ngram tree=ngram:3|4|static:2,1,1,1",
     "lookahead=lookahead:4,4,4",
 ])
 
@@ -27,9 +29,9 @@ def get_config():
   c.target = "smollm2-135m"
   c.settings = SETTINGS  # "label=draft|k|tree;..."; {medusa} is replaced by c.medusa
   c.medusa = "smollm2-135m-medusa"  # Medusa heads: a registry name or an asset directory
-  c.prompts_source = "heldout"
+  c.prompts_source = "eval"
   c.categories = ""  # comma-separated; empty: all
-  c.per_category = 1
-  c.max_prompt_len = 64  # prompts from one length bucket (33..64 tokens) where possible
-  c.max_new_tokens = 32
+  c.per_category = 2
+  c.max_prompt_len = 128  # prompts from one length bucket (65..128 tokens) where possible
+  c.max_new_tokens = 48
   return c
