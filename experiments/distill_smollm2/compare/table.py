@@ -11,6 +11,7 @@ training losses before it; and the mean wall time of a training step.
 import json
 import os
 import shutil
+import statistics
 
 from absl import app, flags
 
@@ -56,8 +57,8 @@ def main(argv):
             loss=sum(losses[-5:]) / len(losses[-5:]) if losses else float("nan"))
         prev_t = None  # the evaluation's time is not a training step's
     if times:
-      step_s[n] = sum(times) / len(times) / log_every
-  lines = ["Seconds per training step (wall time between logged steps, evaluations excluded; "
+      step_s[n] = statistics.median(times) / log_every  # robust to a paused or resumed run
+  lines = ["Seconds per training step (median wall time between logged steps, evaluations excluded; "
            "both runs side by side on one shared CPU): " + ", ".join(
                f"{n}-layer {v:.1f}" for n, v in sorted(step_s.items())), "",
            "| step | alpha 1-layer | alpha 3-layer | tokens/pass 1-layer | tokens/pass 3-layer | "
