@@ -174,13 +174,16 @@ def write_table(records, out_dir):
                  f"{_f(_mean([r['alpha'] for r in rs]))} | "
                  f"{_f(_mean([r['tokens_per_pass'] for r in rs]))} | "
                  f"{_f(_mean([r['speedup'] for r in rs]))} |")
-  lines += ["", "Tokens per target pass (speedup) by category:", "",
+  n_prompts = {c: len({r["id"] for r in records if r["category"] == c}) for c in cats}
+  lines += ["", "Tokens per target pass (speedup) by category, the mean over its prompts ("
+            + ", ".join(f"{c} {n}" for c, n in n_prompts.items()) + "):", "",
             "| setting | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
   for l in labels:
     cells = []
     for cat in cats:
-      r = next((r for r in records if r["setting"] == l and r["category"] == cat), None)
-      cells.append("-" if r is None else f"{r['tokens_per_pass']:.2f} ({r['speedup']:.2f}x)")
+      rs = [r for r in records if r["setting"] == l and r["category"] == cat]
+      cells.append("-" if not rs else f"{_mean([r['tokens_per_pass'] for r in rs]):.2f} "
+                   f"({_mean([r['speedup'] for r in rs]):.2f}x)")
     lines.append(f"| {l} | " + " | ".join(cells) + " |")
   ok = all(r["identical"] for r in records)
   lines += ["", f"Greedy output identical to the target alone in every run: {ok}."]
@@ -199,7 +202,7 @@ def plot(records, out_dir):
   width = 0.85 / max(1, len(labels))
   for j, l in enumerate(labels):
     for ax, key in zip(axes, ("tokens_per_pass", "speedup")):
-      ys = [next((r[key] for r in records if r["setting"] == l and r["category"] == c), 0.0)
+      ys = [_mean([r[key] for r in records if r["setting"] == l and r["category"] == c]) or 0.0
             for c in cats]
       ax.bar(np.arange(len(cats)) + j * width, ys, width, color=f"C{j % 10}",
              hatch="//" if "tree" in l else None, label=l)
