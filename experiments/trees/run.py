@@ -18,7 +18,7 @@ import specjax
 from specjax.bench import prompts as prompts_lib
 
 SETTINGS = [None, "static:2,1,1,1", "static:2,2,1,1", "static:3,2,1,1", "static:4,2,2,1",
-            "dynamic:8", "dynamic:16", "dynamic:32"]
+            "dynamic:8", "dynamic:16", "dynamic:32", "dynamic:48"]
 
 
 def kind(tree):
