@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import specjax
 from specjax.bench import prompts as prompts_lib
+from specjax.decoding import tree as tree_lib
 
 SETTINGS = [None, "static:2,1,1,1", "static:2,2,1,1", "static:3,2,1,1", "static:4,2,2,1",
             "dynamic:8", "dynamic:16", "dynamic:32", "dynamic:48"]
@@ -32,6 +34,11 @@ def main():
   ap.add_argument("--max_new", type=int, default=48)
   ap.add_argument("--draft", default="smollm2-135m-draft")
   args = ap.parse_args()
+  for tree in SETTINGS:  # a tree that cannot be built at this depth: one line, before any work
+    try:
+      tree_lib.resolve_tree(tree, args.k, True)
+    except ValueError as e:
+      sys.exit(f"error: tree {tree!r} at k={args.k}: {e}")
   path = os.path.join(args.out, "results.jsonl")
   done = {}
   if os.path.exists(path):
