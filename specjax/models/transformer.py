@@ -28,9 +28,10 @@ def _dense(p: dict, x: jax.Array) -> jax.Array:
 
 # One row (a decode step): with the weight stored [O, I] (`params.inference_layout`:
 # transposed, q/k/v and gate/up fused) the product is XLA's streaming matrix-vector loop
-# over contiguous rows, faster than against the canonical [I, O] kernels. Two or more rows (verify passes, prefills, batches): the canonical kernels and
-# XLA's GEMM, which measured faster for 2..33 rows than [O, I] products, plain or taken
-# in row blocks inside a scan (experiments/pass_cost/README.md, measured back to back).
+# over contiguous rows, faster than the canonical [I, O] kernels. Two or more rows
+# (verify passes, prefills, batches): the canonical kernels and XLA's GEMM, which
+# measured faster for 2..33 rows than [O, I] products, plain or taken in row blocks
+# inside a scan (experiments/pass_cost/README.md, measured back to back).
 _T_LAYOUT_MAX_ROWS = 1
 
 
