@@ -15,7 +15,7 @@ import pytest
 
 import specjax
 from specjax.models import KVCache
-from specjax.models.cache import write_rows
+from specjax.models.cache import write_keys, write_values
 from specjax.models.interface import Decoder, as_decoder
 from tiny_models import random_prompts, tiny
 
@@ -52,8 +52,8 @@ class StubModel:
     return self.cfg.vocab_size
 
   def init_cache(self, batch, max_len):
-    z = jnp.zeros((batch, max_len, 1, 1), jnp.float32)
-    return KVCache(k=(z,), v=(z,), lengths=jnp.zeros((batch,), jnp.int32))
+    z = jnp.zeros((batch, 1, max_len), jnp.float32)  # in KVCache's layouts, K = E = 1
+    return KVCache(k=(z[:, :, None],), v=(z[..., None],), lengths=jnp.zeros((batch,), jnp.int32))
 
   def prefill(self, tokens, lengths, max_len):
     hidden, cache = self.step(tokens, None, None, self.init_cache(tokens.shape[0], max_len))
@@ -63,11 +63,11 @@ class StubModel:
     b, t = tokens.shape
     if positions is None:
       positions = cache.lengths[:, None] + jnp.arange(t)[None]
-    toks = write_rows(cache.k[0], (tokens + 1).astype(jnp.float32)[..., None, None], cache.lengths)
-    pos = write_rows(cache.v[0], positions.astype(jnp.float32)[..., None, None], cache.lengths)
+    toks = write_keys(cache.k[0], (tokens + 1).astype(jnp.float32)[..., None, None], cache.lengths)
+    pos = write_values(cache.v[0], positions.astype(jnp.float32)[..., None, None], cache.lengths)
     if mask is None:
-      mask = jnp.arange(toks.shape[1])[None, None] <= positions[:, :, None]  # [B, T, S]
-    contrib = toks[:, :, 0, 0] * _weight(pos[:, :, 0, 0])  # [B, S]
+      mask = jnp.arange(toks.shape[3])[None, None] <= positions[:, :, None]  # [B, T, S]
+    contrib = toks[:, 0, 0, :] * _weight(pos[:, 0, :, 0])  # [B, S]
     hidden = jnp.sum(jnp.where(mask, contrib[:, None], 0.0), -1)[..., None]  # [B, T, 1]
     return hidden, KVCache(k=(toks,), v=(pos,), lengths=cache.lengths + t)
 

@@ -56,15 +56,16 @@ def test_live_attention_equals_dense_attention(t, s, lengths):
   rng = np.random.default_rng(t + s)
   normal = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
   q, k, v = normal(2, t, 6, 16), normal(2, t, 2, 16), normal(2, t, 2, 16)
-  cache = (normal(2, s, 2, 16), normal(2, s, 2, 16))
+  cache = (normal(2, 2, 16, s), normal(2, 2, s, 16))  # keys [B, K, E, S], values [B, K, S, E]
   lengths = jnp.asarray(lengths, jnp.int32)
   positions = lengths[:, None] + jnp.arange(t)[None]
   y, (keys, values) = jax.jit(tf.cached_attention)(q, k, v, cache, positions, lengths)
   mask = jnp.arange(s)[None, None] <= positions[:, :, None]
-  np.testing.assert_allclose(np.asarray(y), np.asarray(tf.attention_core(q, keys, values, mask)),
+  np.testing.assert_allclose(np.asarray(y), np.asarray(tf.attention_core(q, keys, values, mask, True)),
                              atol=1e-5)
   # A negative control: attending one slot too few must differ.
-  short = tf.attention_core(q, keys, values, jnp.arange(s)[None, None] < positions[:, :, None])
+  short = tf.attention_core(q, keys, values, jnp.arange(s)[None, None] < positions[:, :, None],
+                           True)
   assert np.abs(np.asarray(y) - np.asarray(short)).max() > 1e-3
 
 

@@ -126,7 +126,7 @@ def test_parameters_are_split_over_the_model_axis(fake_device_runs):
   assert runs["1x8"]["embed_shard"] == [40, 64]
   assert runs["2x4"]["embed_shard"] == [80, 64]
   assert runs["8x1"]["embed_shard"] == [320, 64]
-  assert runs["2x4"]["cache_spec"] == ["data", None, "model", None]
+  assert runs["2x4"]["cache_spec"] == ["data", "model", None, None]
 
 
 def test_bad_meshes_are_clear_errors(fake_device_runs):

@@ -91,8 +91,8 @@ def test_tree_pass_matches_forward_along_each_branch():
     for b in range(2):
       sl = slice(int(lens[b]), int(lens[b]) + 3)
       for layer in range(model.cfg.n_layers):
-        np.testing.assert_allclose(moved.k[layer][b, sl], chain.k[layer][b, sl], atol=1e-5)
-        np.testing.assert_allclose(moved.v[layer][b, sl], chain.v[layer][b, sl], atol=1e-5)
+        np.testing.assert_allclose(moved.k[layer][b, ..., sl], chain.k[layer][b, ..., sl], atol=1e-5)
+        np.testing.assert_allclose(moved.v[layer][b, :, sl], chain.v[layer][b, :, sl], atol=1e-5)
 
 
 CASES = [("perturbed", "static:3,2,1", 3), ("perturbed", "dynamic:10:3", 3),

@@ -90,7 +90,7 @@ def prefill_parts(n: int) -> dict:
   kh, e = cfg.n_kv_heads, cfg.head_dim
   q = jax.random.normal(jax.random.PRNGKey(1), (1, p, cfg.n_heads, e))
   kv = jax.random.normal(jax.random.PRNGKey(2), (1, p, kh, e))
-  empty = (jnp.zeros((1, p, kh, e)), jnp.zeros((1, p, kh, e)))
+  empty = (jnp.zeros((1, kh, e, p)), jnp.zeros((1, kh, p, e)))  # the cache layout
 
   def attention(q, kv):
     out = jnp.zeros(())

@@ -4,7 +4,7 @@ Axes: B batch (padded to a multiple of the mesh's "data" size), P prompt bucket.
 
 The loop itself is unchanged: it is jitted with its inputs already placed (params split
 over "model" by `specjax.models.sharding`, prompt rows over "data") and compiled under
-`jax.set_mesh`, where `KVCache.init` pins the caches to ("data", None, "model", None).
+`jax.set_mesh`, where `KVCache.init` pins the caches to ("data", "model", None, None).
 """
 from __future__ import annotations
 

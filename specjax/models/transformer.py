@@ -17,7 +17,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from specjax.models.cache import KVCache, write_rows
+from specjax.models.cache import KVCache, write_keys, write_values
 from specjax.models.config import ModelConfig
 
 
@@ -97,23 +97,27 @@ def project_qkv(p: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array):
 
 
 def attend(p: dict, cfg: ModelConfig, q: jax.Array, keys: jax.Array, values: jax.Array,
-           mask: jax.Array) -> jax.Array:
-  """Grouped-query attention of q [B, T, H, E] over keys/values [B, S, K, E] where
-  mask [B or 1, T, S] is True; returns the output projection [B, T, D]."""
-  return out_proj(p, attention_core(q, keys, values, mask))
+           mask: jax.Array, cache_layout: bool = False) -> jax.Array:
+  """Grouped-query attention of q [B, T, H, E] over keys/values [B, S, K, E] (or a
+  cache's keys [B, K, E, S] and values [B, K, S, E] when `cache_layout`) where mask
+  [B or 1, T, S] is True; returns the output projection [B, T, D]."""
+  return out_proj(p, attention_core(q, keys, values, mask, cache_layout))
 
 
-def attention_core(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
-  """Softmax attention of q [B, T, H, E] over keys/values [B, S, K, E] where mask
-  [B or 1, T, S] is True -> [B, T, H * E] (heads concatenated, before the output projection)."""
+def attention_core(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array,
+                   cache_layout: bool = False) -> jax.Array:
+  """Softmax attention of q [B, T, H, E] over keys/values [B, S, K, E] (or the cache's
+  keys [B, K, E, S] and values [B, K, S, E] when `cache_layout`) where mask [B or 1, T, S]
+  is True -> [B, T, H * E] (heads concatenated, before the output projection)."""
   b, t, h, e = q.shape
-  kh = keys.shape[2]
+  kh = keys.shape[1 if cache_layout else 2]
+  ks, vs = ("bkes", "bkse") if cache_layout else ("bske", "bske")
   qg = q.reshape(b, t, kh, h // kh, e)
-  scores = jnp.einsum("btkge,bske->bkgts", qg, keys.astype(q.dtype)).astype(jnp.float32)
+  scores = jnp.einsum(f"btkge,{ks}->bkgts", qg, keys.astype(q.dtype)).astype(jnp.float32)
   scores = scores / jnp.sqrt(jnp.float32(e))
   scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-  return jnp.einsum("bkgts,bske->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
+  return jnp.einsum(f"bkgts,{vs}->btkge", weights, values.astype(q.dtype)).reshape(b, t, h * e)
 
 
 def out_proj(p: dict, y: jax.Array) -> jax.Array:
@@ -133,9 +137,9 @@ def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths, mask=
       mask = jnp.arange(x.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, T]
     return attend(p, cfg, q, k, v, mask), layer_kv
   if mask is not None:  # a token tree: slots are not positions, so attend densely under the mask
-    keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
-    values = write_rows(layer_kv[1], v, lengths)
-    return attend(p, cfg, q, keys, values, mask), (keys, values)
+    keys = write_keys(layer_kv[0], k, lengths)  # [B, K, E, S]
+    values = write_values(layer_kv[1], v, lengths)  # [B, K, S, E]
+    return attend(p, cfg, q, keys, values, mask, cache_layout=True), (keys, values)
   y, layer_kv = cached_attention(q, k, v, layer_kv, positions, lengths)
   return out_proj(p, y), layer_kv
 
@@ -143,15 +147,15 @@ def _attention(p: dict, cfg: ModelConfig, x, positions, layer_kv, lengths, mask=
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, layer_kv: tuple,
                      positions: jax.Array, lengths: jax.Array):
   """Writes the new k, v [B, T, K, E] into the layer's cache at `lengths` and attends
-  q [B, T, H, E] over it causally. Returns (y [B, T, H * E], (keys, values) [B, S, K, E])."""
-  keys = write_rows(layer_kv[0], k, lengths)  # [B, S, K, E]
-  values = write_rows(layer_kv[1], v, lengths)
+  q [B, T, H, E] over it causally. Returns (y [B, T, H * E], (keys [B, K, E, S], values
+  [B, K, S, E]))."""
+  keys = write_keys(layer_kv[0], k, lengths)
+  values = write_values(layer_kv[1], v, lengths)
   t = q.shape[1]
   if t >= 2 * QUERY_CHUNK and t % QUERY_CHUNK == 0:  # a long prefill: causal blocks only
     chunks = lambda a: jnp.moveaxis(a.reshape(a.shape[0], t // QUERY_CHUNK, QUERY_CHUNK,
                                               *a.shape[2:]), 1, 0)
-    kt, vt = jnp.moveaxis(keys, 2, 1), jnp.moveaxis(values, 2, 1)  # [B, K, S, E], once
-    _, ys = jax.lax.scan(lambda c, qp: (c, live_attention(qp[0], kt, vt, qp[1], True)), None,
+    _, ys = jax.lax.scan(lambda c, qp: (c, live_attention(qp[0], keys, values, qp[1])), None,
                          (chunks(q), chunks(positions)))  # [T / C, B, C, H * E]
     y = jnp.moveaxis(ys, 0, 1).reshape(q.shape[0], t, -1)
   else:
@@ -168,32 +172,30 @@ QUERY_CHUNK = 256
 
 
 def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
-                   positions: jax.Array, heads_major: bool = False) -> jax.Array:
+                   positions: jax.Array) -> jax.Array:
   """Causal attention of q [B, T, H, E] at `positions` [B, T] over cache slots
-  [0, max position] of keys/values [B, S, K, E] (or [B, K, S, E] when `heads_major`, the
-  layout a long prefill transposes to once per layer), in blocks -> [B, T, H * E].
+  [0, max position] of the cache's keys [B, K, E, S] and values [B, K, S, E], in blocks
+  -> [B, T, H * E].
 
   Each KV head's G query heads and T tokens form one [G * T, E] matrix, so a block is
-  one batched product per KV head with no transpose inside the loop."""
+  one batched product per (row, KV head) with no transpose inside the loop."""
   b, t, h, e = q.shape
-  kh, s = (keys.shape[1], keys.shape[2]) if heads_major else (keys.shape[2], keys.shape[1])
+  kh, s = values.shape[1], values.shape[2]
   g = h // kh
   blk = min(KEY_BLOCK, s)
   qg = jnp.moveaxis(q.reshape(b, t, kh, g, e), 1, 3).reshape(b, kh, g * t, e)  # [B, K, G*T, E]
   qg = qg.astype(jnp.float32) / jnp.sqrt(jnp.float32(e))
   qpos = jnp.broadcast_to(positions[:, None, :], (b, g, t)).reshape(b, 1, g * t)  # [B, 1, G*T]
   n_blocks = jnp.minimum((jnp.max(positions) + blk) // blk, -(-s // blk))  # live blocks
-  slot_axis = 2 if heads_major else 1
 
-  def block(a, at):  # [B, K, blk, E]
-    a = jax.lax.dynamic_slice_in_dim(a, at, blk, axis=slot_axis).astype(jnp.float32)
-    return a if heads_major else jnp.moveaxis(a, 1, 2)
+  def block(a, at, axis):  # keys [B, K, E, blk], values [B, K, blk, E]
+    return jax.lax.dynamic_slice_in_dim(a, at, blk, axis=axis).astype(jnp.float32)
 
   def body(j, carry):
     m, l, acc = carry  # [B, K, G*T], [B, K, G*T], [B, K, G*T, E]
     start = j * blk
     at = jnp.minimum(start, s - blk)  # the last block may overlap the one before it
-    scores = jnp.einsum("bkme,bkse->bkms", qg, block(keys, at))  # [B, K, G*T, blk]
+    scores = jnp.einsum("bkme,bkes->bkms", qg, block(keys, at, 3))  # [B, K, G*T, blk]
     kpos = at + jnp.arange(blk)
     mask = (kpos >= start)[None, None, None, :] & (kpos[None, None, None, :] <= qpos[..., None])
     scores = jnp.where(mask, scores, -jnp.inf)
@@ -201,7 +203,7 @@ def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
     w = jnp.exp(scores - m_safe[..., None])
     corr = jnp.exp(m - m_safe)
-    acc = acc * corr[..., None] + jnp.einsum("bkms,bkse->bkme", w, block(values, at))
+    acc = acc * corr[..., None] + jnp.einsum("bkms,bkse->bkme", w, block(values, at, 2))
     return m_new, l * corr + w.sum(-1), acc
 
   init = (jnp.full((b, kh, g * t), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g * t), jnp.float32),
