@@ -13,7 +13,8 @@ splits each weight along one logical axis (tensor parallel), as jax-ml/jax-llm-e
 `RULES` maps logical axes to mesh axes; everything else is computed by XLA's SPMD
 partitioner from these placements (jit with sharded inputs), so the forward pass, the
 decoding loop and the trainer run unchanged on one device or many. KV caches
-[B, S, K, E] are split as ("data", None, "model", None): rows over data, kv heads over model.
+(keys [B, K, E, S], values [B, K, S, E]) are split as ("data", "model", None, None): rows
+over data, kv heads over model.
 
 A "model" axis must divide the query heads, the kv heads, the MLP width and the
 vocabulary: `check_mesh` says which one does not, before any weight is read (specjax
