@@ -9,7 +9,8 @@ target, alternately, `--rounds` times; a cell keeps its fastest round. Measured 
 batch size B (greedy, random 100-token prompts, no EOS): the decode step as the
 difference of a 65-token and a 1-token run over 64 steps (so the prefill drops out),
 the prefill, and a speculative round with the shipped draft at k = 4 (batch 1).
-Compile time is excluded by `generate` itself. Writes results.json and table.md.
+Compile time is excluded by `generate` itself (`specjax.bench.timing.best_of`).
+Writes results.json and table.md.
 """
 import json
 import os
@@ -29,23 +30,19 @@ def measure(batches) -> dict:
   """One checkout's cells (runs inside the worker process)."""
   import numpy as np
   import specjax
+  from specjax.bench.timing import best_of
   target = specjax.load_model("smollm2-135m")
   rng = np.random.default_rng(0)
   out = {}
   for b in batches:
     prompts = [rng.integers(100, 20000, 100).tolist() for _ in range(b)]
-    wall = {}
-    for n in (1, 65):
-      specjax.generate(target, prompts, n, eos_ids=(), temperature=0.0)  # compile
-      wall[n] = min(specjax.generate(target, prompts, n, eos_ids=(), temperature=0.0)
-                    .stats.wall_time_s for _ in range(2))
+    wall = {n: best_of(3, target, prompts, n, eos_ids=(), temperature=0.0).stats.wall_time_s
+            for n in (1, 65)}
     out[f"decode_ms_b{b}"] = 1e3 * (wall[65] - wall[1]) / 64
     out[f"prefill_s_b{b}"] = wall[1]
   prompts = [rng.integers(100, 20000, 100).tolist()]
   kw = dict(draft="smollm2-135m-draft", k=4, eos_ids=(), temperature=0.0)
-  specjax.generate(target, prompts, 65, **kw)
-  runs = [specjax.generate(target, prompts, 65, **kw).stats for _ in range(2)]
-  best = min(runs, key=lambda s: s.wall_time_s)
+  best = best_of(3, target, prompts, 65, **kw).stats
   out["spec_round_ms_b1"] = 1e3 * best.wall_time_s / int(best.rounds.max())
   return out
 
@@ -65,8 +62,8 @@ def main(argv):
   for r in range(_ROUNDS.value):
     for name, tree in trees.items():
       env = {**os.environ, "PYTHONPATH": tree}
-      proc = subprocess.run([sys.executable, script, "--worker", "--batches=" + ",".join(map(str, batches))],
-                            cwd=tree, env=env, capture_output=True, text=True)
+      worker = [sys.executable, script, "--worker", "--batches=" + ",".join(map(str, batches))]
+      proc = subprocess.run(worker, cwd=tree, env=env, capture_output=True, text=True)
       line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
       if proc.returncode or not line:
         sys.exit(f"The {name} checkout ({tree}) failed:\n{proc.stderr[-2000:]}")

@@ -165,7 +165,8 @@ def place(params, cfg: ModelConfig, mesh: Mesh, dtype=None, name: str = "model")
 
 
 def cache_spec() -> P:
-  """KV cache buffers [B, K, S, E]: rows over "data", kv heads over "model"."""
+  """KV cache buffers (keys [B, K, E, S], values [B, K, S, E]): rows over "data", kv
+  heads over "model"."""
   return P(RULES["batch"], RULES["kv_heads"], None, None)
 
 
@@ -175,8 +176,8 @@ def batch_sharding(mesh: Mesh, ndim: int = 1) -> NamedSharding:
 
 
 def constrain_cache(x: jax.Array) -> jax.Array:
-  """Pins a cache buffer [B, K, S, E] to `cache_spec` when a mesh is set (jax.set_mesh);
-  a no-op on one device without a mesh."""
+  """Pins a cache buffer (keys [B, K, E, S] or values [B, K, S, E]) to `cache_spec` when a
+  mesh is set (jax.set_mesh); a no-op on one device without a mesh."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or tuple(mesh.axis_names) != MESH_AXES:
     return x

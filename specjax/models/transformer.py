@@ -17,7 +17,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from specjax.models.cache import KVCache, write_keys, write_values
+from specjax.models.cache import KEY_SLOTS, VALUE_SLOTS, KVCache, write_keys, write_values
 from specjax.models.config import ModelConfig
 
 
@@ -188,14 +188,14 @@ def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
   qpos = jnp.broadcast_to(positions[:, None, :], (b, g, t)).reshape(b, 1, g * t)  # [B, 1, G*T]
   n_blocks = jnp.minimum((jnp.max(positions) + blk) // blk, -(-s // blk))  # live blocks
 
-  def block(a, at, axis):  # keys [B, K, E, blk], values [B, K, blk, E]
-    return jax.lax.dynamic_slice_in_dim(a, at, blk, axis=axis).astype(jnp.float32)
+  def block(a, at, slots):  # keys [B, K, E, blk], values [B, K, blk, E]
+    return jax.lax.dynamic_slice_in_dim(a, at, blk, axis=slots + 1).astype(jnp.float32)
 
   def body(j, carry):
     m, l, acc = carry  # [B, K, G*T], [B, K, G*T], [B, K, G*T, E]
     start = j * blk
     at = jnp.minimum(start, s - blk)  # the last block may overlap the one before it
-    scores = jnp.einsum("bkme,bkes->bkms", qg, block(keys, at, 3))  # [B, K, G*T, blk]
+    scores = jnp.einsum("bkme,bkes->bkms", qg, block(keys, at, KEY_SLOTS))  # [B, K, G*T, blk]
     kpos = at + jnp.arange(blk)
     mask = (kpos >= start)[None, None, None, :] & (kpos[None, None, None, :] <= qpos[..., None])
     scores = jnp.where(mask, scores, -jnp.inf)
@@ -203,7 +203,7 @@ def live_attention(q: jax.Array, keys: jax.Array, values: jax.Array,
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
     w = jnp.exp(scores - m_safe[..., None])
     corr = jnp.exp(m - m_safe)
-    acc = acc * corr[..., None] + jnp.einsum("bkms,bkse->bkme", w, block(values, at, 2))
+    acc = acc * corr[..., None] + jnp.einsum("bkms,bkse->bkme", w, block(values, at, VALUE_SLOTS))
     return m_new, l * corr + w.sum(-1), acc
 
   init = (jnp.full((b, kh, g * t), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g * t), jnp.float32),
