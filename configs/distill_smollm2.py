@@ -35,10 +35,11 @@ def get_config():
                                              train_sets=("train", "train_extra")))
   # init: LM drafts only (a feature draft's block always starts random, N(0, init_std)).
   # feature_layers: target layers read; (-1,) the last only, (2, 15, -1) EAGLE-3 style.
+  # init_from: a shipped draft asset to continue from (its layers, fc and head ids).
   c.draft = ml_collections.ConfigDict(dict(kind="feature", n_layers=1, init="random", init_std=0.02,
                                            head_vocab_size=4096, train_embeddings=False,
                                            feature_noise=0.05, feature_weight=1.0,
-                                           unroll_steps=3, feature_layers=(-1,)))
+                                           unroll_steps=3, feature_layers=(-1,), init_from=""))
   c.data = ml_collections.ConfigDict(dict(
       source="target", draft_fraction=0.5, refresh_every=0, greedy_pool=True,
       teacher="topk", teacher_top_k=32, samples_per_prompt=1,

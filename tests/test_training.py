@@ -489,3 +489,50 @@ def test_cached_features_of_another_config_are_a_clear_error(tmp_path):
     np.savez(path, features=f["features"][:3])
   with pytest.raises(ValueError, match="another config"):
     prepare_draft(c, work, t, tp, log=lambda *_: None)
+
+
+def test_warm_start_from_an_asset_and_selection_on_generated_prompts(tmp_path, monkeypatch):
+  """draft.init_from: a run starts from a shipped draft (its layers, fc and head ids), and
+  a mismatching asset is one clear error; eval.select = "generated" selects checkpoints
+  on the self-generated data's own selection split."""
+  from specjax.loading.asset import load_asset, save_asset
+  from specjax.training import pools as pools_lib
+  from specjax.training import selfgen, train
+  c = _tiny_config(num_steps=6, **{"data.teacher": "topk"})
+  c.draft.kind, c.draft.head_vocab_size = "feature", 40
+  t, tp, hp = _toy(c)
+  summary = train(c, str(tmp_path / "a"), t, tp, hp, progress=False)
+  asset = save_asset(summary["draft_cfg"], summary["draft_params"], str(tmp_path / "asset"),
+                     target="toy")
+  shipped = load_asset(asset, t).params
+  # Another seed: a fresh start would draw other layers and could pick other head ids.
+  c2 = _tiny_config(seed=3, **{"data.teacher": "topk"})
+  c2.draft.kind, c2.draft.head_vocab_size = "feature", 40
+  c2.draft.init_from = asset
+  _, fresh = pools_lib.prepare_draft(_tiny_config(seed=3, **{"data.teacher": "topk", "draft.kind": "feature"}),
+                                     str(tmp_path / "f"), t, tp, log=lambda *_: None)[:2]
+  _, params, _ = pools_lib.prepare_draft(c2, str(tmp_path / "b"), t, tp, log=lambda *_: None)
+  for k in ("layers", "fc"):
+    jax.tree.map(np.testing.assert_array_equal, params[k], shipped[k])
+  np.testing.assert_array_equal(params["head_vocab"], shipped["head_vocab"])
+  assert not np.allclose(fresh["fc"]["kernel"], params["fc"]["kernel"])
+  for field, value, match in (("n_layers", 2, "layer"), ("head_vocab_size", 16, "head")):
+    bad = _tiny_config(seed=3, **{"data.teacher": "topk"})
+    bad.draft.kind, bad.draft.head_vocab_size, bad.draft.init_from = "feature", 40, asset
+    setattr(bad.draft, field, value)
+    with pytest.raises(ValueError, match=match):
+      pools_lib.prepare_draft(bad, str(tmp_path / f"bad_{field}"), t, tp, log=lambda *_: None)
+
+  rng = np.random.default_rng(1)
+  pairs = {s: [{"prompt_ids": rng.integers(1, 60, 6).tolist(), "response_ids": [5, 6],
+                "category": "chat"} for _ in range(n)] for s, n in (("train", 8), ("select", 5))}
+  monkeypatch.setattr(selfgen, "load_pairs", lambda d, split="all": list(pairs[split]))
+  c2.eval.select, c2.eval.select_prompts = "generated", 3
+  c2.data.generated_dir = ""
+  with pytest.raises(ValueError, match="generated_dir"):
+    pools_lib.eval_pool(c2, str(tmp_path / "b"), t, tp, hp, log=lambda *_: None)
+  c2.data.generated_dir = str(tmp_path / "gen")
+  _, ev_prompts = pools_lib.eval_pool(c2, str(tmp_path / "b"), t, tp, hp, log=lambda *_: None)
+  assert ev_prompts == [pairs["select"][i]["prompt_ids"] for i in (0, 2, 4)]
+  assert os.path.exists(tmp_path / "b" / "data" / "select_generated_pool.npz")
+  assert pools_lib.selection_split(c2, tp) == {}  # no training prompt leaves its pool

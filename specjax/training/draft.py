@@ -130,6 +130,52 @@ def init_draft(config, target, head_vocab=None):
                      init_std=config.draft.get("init_std", 0.02))
 
 
+def warm_start(config, target, params: dict) -> dict:
+  """params with their trainable part replaced by the asset of `config.draft.init_from`
+  (a draft shipped by `specjax.loading.asset.save_asset`), so a run continues from a
+  trained draft instead of a fresh block. The asset must be the configured draft: same
+  kind, layers, feature layers and head vocabulary (`head_vocab_for` reads the latter)."""
+  from specjax.loading.asset import load_asset, read_asset
+  path = config.draft.init_from
+  meta, cfg, _ = read_asset(path)
+  kind = "feature" if is_feature(config.draft) else "lm"
+  if meta.get("kind", "lm") != kind or cfg.n_layers != config.draft.n_layers:
+    raise ValueError(f"config.draft.init_from={path!r} is a {meta.get('kind', 'lm')} draft of "
+                     f"{cfg.n_layers} layer(s), but the config trains a {kind} draft of "
+                     f"{config.draft.n_layers}; point it at a matching asset or unset it.")
+  want = feature_layers(config.draft, target.cfg.n_layers)
+  have = tuple(meta["feature_layers"]) if "feature_layers" in meta else None
+  if want != have:
+    raise ValueError(f"config.draft.init_from={path!r} reads target layers {have or 'last'}, the "
+                     f"config {want or 'last'}; set draft.feature_layers to match or unset init_from.")
+  shipped = load_asset(path, target).params
+  out = dict(params)
+  for k in trainable_keys(config.draft):
+    if k in shipped:
+      out[k] = jax.tree.map(lambda a, b: jnp.asarray(b, a.dtype), params[k], shipped[k])
+  return out
+
+
+def head_vocab_for(config, counts: np.ndarray, always: Sequence[int]) -> Optional[np.ndarray]:
+  """The draft's reduced head ids: those of the `draft.init_from` asset when warm-starting
+  (its head was trained on them), else the `head_vocab_size` most frequent; None for a
+  full head."""
+  size = config.draft.head_vocab_size
+  path = config.draft.get("init_from", "")
+  if path:
+    from specjax.loading.asset import read_asset
+    meta = read_asset(path)[0]
+    ids = meta.get("head_vocab")
+    if (ids is None) != (size <= 0) or (ids is not None and len(ids) != size):
+      raise ValueError(f"config.draft.init_from={path!r} has a head of "
+                       f"{len(ids) if ids is not None else 'the full'} ids, the config "
+                       f"draft.head_vocab_size={size}; make them agree.")
+    return None if ids is None else np.asarray(ids, np.int32)
+  if size <= 0:
+    return None
+  return frequent_vocab(counts, size, always=always)
+
+
 def _share_target(params: dict, cfg: ModelConfig, target_params: dict, head_vocab) -> dict:
   """Adds the target's position embeddings and untied head (shared, frozen) and the
   sorted reduced vocabulary, if any."""

@@ -17,7 +17,8 @@ resumed run trains on exactly the same rows:
     eval.select_prompts prompts split off the training sets (eval.select = "train": they
     and their rows leave the training pools, so selection never sees a trained-on
     prompt, and the held-out / evaluation prompts stay untouched by training AND
-    selection);
+    selection), or select_generated_pool.npz over prompts of the self-generated data's
+    own selection split (eval.select = "generated");
   * draft_pool_<step>.npz: draft-sampled pools (data.source "draft" / "mix").
 """
 from __future__ import annotations
@@ -53,12 +54,12 @@ def cached_features(config) -> bool:
 def selection_split(config, train_prompts) -> dict:
   """{set name: sorted prompt indices} split off for checkpoint selection (eval.select =
   "train"): eval.select_prompts of all training prompts, a pure function of the seed;
-  {} with the default eval.select = "heldout"."""
+  {} with eval.select = "heldout" (the default) or "generated" (`generated_selection`)."""
   ev = config.eval
   select = ev.get("select", "heldout")
-  if select not in ("heldout", "train"):
-    raise ValueError(f"eval.select must be 'heldout' or 'train', got {select!r}.")
-  if select == "heldout":
+  if select not in ("heldout", "train", "generated"):
+    raise ValueError(f"eval.select must be 'heldout', 'train' or 'generated', got {select!r}.")
+  if select != "train":
     return {}
   sets = data_lib.prompt_sets(train_prompts)
   total = sum(map(len, sets.values()))
@@ -171,6 +172,21 @@ def generated_pool(config, workdir, target, log, exclude: Sequence[Sequence[int]
   return pool
 
 
+def generated_selection(config) -> list:
+  """eval.select = "generated": eval.select_prompts prompts of data.generated_dir's own
+  selection split (`selfgen.load_pairs(..., "select")`, never trained on), evenly spread."""
+  data_dir = config.data.get("generated_dir", "")
+  if not data_dir:
+    raise ValueError("eval.select='generated' selects checkpoints on self-generated prompts: "
+                     "set config.data.generated_dir, or use eval.select='train'.")
+  from specjax.training import selfgen
+  prompts = [list(map(int, p["prompt_ids"])) for p in selfgen.load_pairs(data_dir, split="select")]
+  if not prompts:
+    raise ValueError(f"config.data.generated_dir={data_dir!r} has no selection-split pairs yet; "
+                     "generate more shards or use eval.select='train'.")
+  return data_lib.spread(prompts, int(config.eval.get("select_prompts", 32)))
+
+
 def target_pool(config, workdir, target, train_prompts, log) -> dict:
   """The target-sampled training pool: every prompt set's pool (minus the selection
   split), then the generated pairs, concatenated in that order."""
@@ -202,12 +218,13 @@ def prepare_draft(config, workdir: Optional[str], target, train_prompts, log=pri
     raise ValueError("A feature draft trains on target continuations (data.source='target'): "
                      "it cannot sample on its own without the target's features.")
   pool = target_pool(config, workdir, target, train_prompts, log) if need_target_pool else None
-  head_vocab = None
-  if config.draft.head_vocab_size > 0:
+  counts = None
+  if config.draft.head_vocab_size > 0 and not config.draft.get("init_from", ""):
     counts = data_lib.token_frequencies([pool], target.cfg.vocab_size)
-    head_vocab = draft_lib.frequent_vocab(counts, config.draft.head_vocab_size,
-                                          always=target.eos_ids)
+  head_vocab = draft_lib.head_vocab_for(config, counts, target.eos_ids)
   draft_cfg, draft_params = draft_lib.init_draft(config, target, head_vocab)
+  if config.draft.get("init_from", ""):
+    draft_params = draft_lib.warm_start(config, target, draft_params)
   return draft_cfg, draft_params, pool
 
 
@@ -216,7 +233,9 @@ def eval_pool(config, workdir, target, train_prompts, heldout_prompts, log):
   selects checkpoints: the held-out prompts, or the selection split (module docstring)."""
   d, ev = config.data, config.eval
   split = selection_split(config, train_prompts)
-  if split:
+  if ev.get("select", "heldout") == "generated":
+    prompts, stem = generated_selection(config), "select_generated"
+  elif split:
     sets = data_lib.prompt_sets(train_prompts)
     prompts = [sets[name][i] for name, idx in split.items() for i in idx]
     stem = "select"

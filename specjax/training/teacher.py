@@ -134,10 +134,20 @@ def target_features(pool: dict, target_params, target_cfg: ModelConfig, batch_si
   for start in range(0, n, batch_size):
     toks = pool["tokens"][start:start + batch_size]
     rows = toks.shape[0]
-    toks = np.pad(toks, ((0, batch_size - rows), (0, 0)))
-    out[start:start + rows] = np.asarray(_features(
+    # Causal: the columns up to just past the last masked position (a multiple of 64, few
+    # shapes to compile) give the same features; the padding after them stays zero.
+    cols = _live_columns(pool["mask"][start:start + batch_size], seq_len) if "mask" in pool else seq_len
+    toks = np.pad(toks[:, :cols], ((0, batch_size - rows), (0, 0)))
+    out[start:start + rows, :cols] = np.asarray(_features(
         target_params, target_cfg, jnp.asarray(toks), layers=layers))[:rows].astype(np.float16)
   return out
+
+
+def _live_columns(mask: np.ndarray, seq_len: int, multiple: int = 64) -> int:
+  """Columns a batch's losses read: through the token after its last masked position."""
+  rows, cols = np.nonzero(mask)
+  need = int(cols.max()) + 2 if cols.size else 1
+  return min(seq_len, -(-need // multiple) * multiple)
 
 
 def features_file(stem: str, layers: Optional[tuple]) -> str:
