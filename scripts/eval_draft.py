@@ -13,7 +13,8 @@ source of `specjax/bench/prompts.py` ("heldout", "repeat", "+"-joined) or a prom
 share from every category (0: all).
 
 For the draft at initialisation ("before": the config's draft built from the target,
-with the same reduced vocabulary) and the distilled one ("after": --asset, else the
+with the same reduced vocabulary, or the `draft.init_from` asset a continued run starts
+from) and the distilled one ("after": --asset, else the
 workdir's best checkpoint), with the real speculative engine:
   * alpha and tokens per target pass for k = 1..8, greedy and temperature 1, on
     --num_prompts prompts decoded as one batch (--max_new tokens each), overall and per
@@ -106,6 +107,9 @@ def main(argv):
     after = load_asset(FLAGS.asset, target=target)
     a_cfg, a_params = after.cfg, after.params
     b_cfg, b_params = init_draft(config, target, a_params.get("head_vocab"))
+    if config.draft.get("init_from", ""):  # a continued run starts from that draft
+      from specjax.training.draft import warm_start
+      b_params = warm_start(config, target, b_params)
   else:
     b_cfg, b_params, _ = prepare_draft(config, FLAGS.workdir, target, train_prompts,
                                        log=lambda *_: 0)
