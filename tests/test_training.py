@@ -523,6 +523,11 @@ def test_warm_start_from_an_asset_and_selection_on_generated_prompts(tmp_path, m
     with pytest.raises(ValueError, match=match):
       pools_lib.prepare_draft(bad, str(tmp_path / f"bad_{field}"), t, tp, log=lambda *_: None)
 
+  bad = _tiny_config(seed=3, **{"data.teacher": "topk", "draft.kind": "feature"})
+  bad.draft.init_from = "no-such-draft"
+  with pytest.raises(ValueError, match="neither a draft asset"):
+    pools_lib.prepare_draft(bad, str(tmp_path / "bad_name"), t, tp, log=lambda *_: None)
+
   rng = np.random.default_rng(1)
   pairs = {s: [{"prompt_ids": rng.integers(1, 60, 6).tolist(), "response_ids": [5, 6],
                 "category": "chat"} for _ in range(n)] for s, n in (("train", 8), ("select", 5))}

@@ -10,6 +10,7 @@ trainer keeps out of the optimizer and the checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional, Sequence
 
 import jax
@@ -130,13 +131,26 @@ def init_draft(config, target, head_vocab=None):
                      init_std=config.draft.get("init_std", 0.02))
 
 
+def init_asset(config) -> str:
+  """The directory of `config.draft.init_from`: an asset directory, or the name of a
+  draft shipped in specjax/assets (e.g. "smollm2-135m-draft-templated"); "" for none."""
+  spec = config.draft.get("init_from", "")
+  if not spec or os.path.isdir(spec):
+    return spec
+  from specjax.loading.registry import asset_path
+  if os.path.isdir(asset_path(spec)):
+    return asset_path(spec)
+  raise ValueError(f"config.draft.init_from={spec!r} is neither a draft asset directory nor a "
+                   "draft shipped in specjax/assets; give one of those or unset it.")
+
+
 def warm_start(config, target, params: dict) -> dict:
   """params with their trainable part replaced by the asset of `config.draft.init_from`
   (a draft shipped by `specjax.loading.asset.save_asset`), so a run continues from a
   trained draft instead of a fresh block. The asset must be the configured draft: same
   kind, layers, feature layers and head vocabulary (`head_vocab_for` reads the latter)."""
   from specjax.loading.asset import load_asset, read_asset
-  path = config.draft.init_from
+  path = init_asset(config)
   meta, cfg, _ = read_asset(path)
   kind = "feature" if is_feature(config.draft) else "lm"
   if meta.get("kind", "lm") != kind or cfg.n_layers != config.draft.n_layers:
@@ -161,7 +175,7 @@ def head_vocab_for(config, counts: np.ndarray, always: Sequence[int]) -> Optiona
   (its head was trained on them), else the `head_vocab_size` most frequent; None for a
   full head."""
   size = config.draft.head_vocab_size
-  path = config.draft.get("init_from", "")
+  path = init_asset(config)
   if path:
     from specjax.loading.asset import read_asset
     meta = read_asset(path)[0]
