@@ -5,7 +5,8 @@
     python scripts/export_hf.py --config=configs/distill_smollm2_selfgen.py \
         --workdir=/tmp/selfgen_draft --asset=specjax/assets/smollm2-135m-draft
 
-Starts from a trained draft (`draft.init_from`, default the shipped asset; its head ids
+Starts from a trained draft (`draft.init_from`: the templated-prompt draft of
+`configs/distill_smollm2.py`, shipped as `smollm2-135m-draft-templated`; its head ids
 are kept) instead of a fresh block: on two cores a run from scratch does not get through
 several thousand pairs a few times in the time at hand. Data: every training pair of
 `data.generated_dir` (the target's own Magpie-style prompts over the 12 categories and its
@@ -33,7 +34,7 @@ def _base():
 
 def get_config():
   c = _base()
-  c.draft.init_from = "specjax/assets/smollm2-135m-draft"
+  c.draft.init_from = "smollm2-135m-draft-templated"  # the draft of configs/distill_smollm2.py
   c.prompts.train_sets = ("train",)
   c.data.greedy_pool = False
   c.data.generated_dir = "/work/data/selfgen_smollm2"

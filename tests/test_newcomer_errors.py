@@ -166,7 +166,7 @@ def test_setup_builds_without_warnings_and_ships_assets_and_data(tmp_path):
   assert "absent from the `packages` configuration" not in proc.stderr, proc.stderr[-3000:]
   assert "_Warning" not in proc.stderr, proc.stderr[-3000:]
   lib = tmp_path / "lib" / "specjax"
-  for name in ("smollm2-135m-draft", "smollm2-135m-draft-lm"):
+  for name in ("smollm2-135m-draft", "smollm2-135m-draft-templated", "smollm2-135m-draft-lm"):
     for f in ("config.json", "model.safetensors", "specjax_draft.json"):
       assert (lib / "assets" / name / f).is_file(), (name, f)
   for split in ("train", "train_extra", "heldout"):

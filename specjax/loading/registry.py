@@ -77,8 +77,15 @@ def _shipped_asset(name: str, config: str) -> str:
 
 def smollm2_135m_draft() -> str:
   """The default draft for smollm2-135m: an EAGLE-style feature draft over the target's
-  hidden states (specjax/assets/smollm2-135m-draft; configs/distill_smollm2.py)."""
-  return _shipped_asset("smollm2-135m-draft", "configs/distill_smollm2.py")
+  hidden states, continued on the target's self-generated data
+  (specjax/assets/smollm2-135m-draft; configs/distill_smollm2_selfgen.py)."""
+  return _shipped_asset("smollm2-135m-draft", "configs/distill_smollm2_selfgen.py")
+
+
+def smollm2_135m_draft_templated() -> str:
+  """The feature draft trained on the templated prompt sets only, the starting point of
+  the default one (specjax/assets/smollm2-135m-draft-templated; configs/distill_smollm2.py)."""
+  return _shipped_asset("smollm2-135m-draft-templated", "configs/distill_smollm2.py")
 
 
 def smollm2_135m_draft_lm() -> str:
@@ -93,5 +100,6 @@ def smollm2_135m_draft_lm_hf() -> str:
 
 
 register("smollm2-135m-draft", smollm2_135m_draft)
+register("smollm2-135m-draft-templated", smollm2_135m_draft_templated)
 register("smollm2-135m-draft-lm", smollm2_135m_draft_lm)
 register("smollm2-135m-draft-lm-hf", smollm2_135m_draft_lm_hf)
