@@ -1,9 +1,10 @@
-"""The default draft for SmolLM2-135M-Instruct (`smollm2-135m-draft`): an EAGLE-style
-feature draft.
+"""The templated-prompt draft for SmolLM2-135M-Instruct (`smollm2-135m-draft-templated`,
+the starting point of the shipped `smollm2-135m-draft`, configs/distill_smollm2_selfgen.py):
+an EAGLE-style feature draft.
 
     python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2
     python scripts/export_hf.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2 \
-        --asset=specjax/assets/smollm2-135m-draft
+        --asset=specjax/assets/smollm2-135m-draft-templated
 
 Draft: one Llama block over fc([embed(token j+1); target feature f_j]) that predicts the
 target's last hidden state (before its final norm) f_{j+1}; the target's own final norm
