@@ -236,10 +236,16 @@ def trim(batch: dict, multiple: int = 64) -> dict:
   compile) and at least the token after the last masked position."""
   if not multiple:
     return batch
-  cols = np.nonzero(batch["mask"].any(0))[0]
-  n = int(cols[-1]) + 2 if len(cols) else 1
-  n = min(-(-n // multiple) * multiple, batch["tokens"].shape[1])
+  n = live_width(batch["mask"], multiple)
   return {k: v[:, :n] for k, v in batch.items()}
+
+
+def live_width(mask: np.ndarray, multiple: int = 64) -> int:
+  """Columns of [B, L] rows the losses read: through the token after the last masked
+  position, rounded up to a multiple of `multiple` (at most L)."""
+  cols = np.nonzero(mask.any(0))[0]
+  n = int(cols[-1]) + 2 if len(cols) else 1
+  return min(-(-n // multiple) * multiple, mask.shape[1])
 
 
 def token_frequencies(pools: Sequence[dict], vocab_size: int) -> np.ndarray:

@@ -149,9 +149,11 @@ def warm_start(config, target, params: dict) -> dict:
   (a draft shipped by `specjax.loading.asset.save_asset`), so a run continues from a
   trained draft instead of a fresh block. The asset must be the configured draft: same
   kind, layers, feature layers and head vocabulary (`head_vocab_for` reads the latter)."""
-  from specjax.loading.asset import load_asset, read_asset
+  from specjax.loading.asset import load_asset
+  from specjax.loading.hf import read_draft_meta
   path = init_asset(config)
-  meta, cfg, _ = read_asset(path)
+  shipped = load_asset(path, target)  # the one read of the asset's tensors
+  meta, cfg = read_draft_meta(path), shipped.cfg
   kind = "feature" if is_feature(config.draft) else "lm"
   if meta.get("kind", "lm") != kind or cfg.n_layers != config.draft.n_layers:
     raise ValueError(f"config.draft.init_from={path!r} is a {meta.get('kind', 'lm')} draft of "
@@ -162,11 +164,10 @@ def warm_start(config, target, params: dict) -> dict:
   if want != have:
     raise ValueError(f"config.draft.init_from={path!r} reads target layers {have or 'last'}, the "
                      f"config {want or 'last'}; set draft.feature_layers to match or unset init_from.")
-  shipped = load_asset(path, target).params
   out = dict(params)
   for k in trainable_keys(config.draft):
-    if k in shipped:
-      out[k] = jax.tree.map(lambda a, b: jnp.asarray(b, a.dtype), params[k], shipped[k])
+    if k in shipped.params:
+      out[k] = jax.tree.map(lambda a, b: jnp.asarray(b, a.dtype), params[k], shipped.params[k])
   return out
 
 
@@ -177,8 +178,11 @@ def head_vocab_for(config, counts: np.ndarray, always: Sequence[int]) -> Optiona
   size = config.draft.head_vocab_size
   path = init_asset(config)
   if path:
-    from specjax.loading.asset import read_asset
-    meta = read_asset(path)[0]
+    from specjax.loading.hf import read_draft_meta
+    meta = read_draft_meta(path)  # the json alone; warm_start reads the tensors
+    if meta is None:
+      raise ValueError(f"config.draft.init_from={path!r} holds no specjax_draft.json: not a "
+                       "specjax draft asset; export one with scripts/export_hf.py --asset.")
     ids = meta.get("head_vocab")
     if (ids is None) != (size <= 0) or (ids is not None and len(ids) != size):
       raise ValueError(f"config.draft.init_from={path!r} has a head of "

@@ -128,6 +128,7 @@ def target_features(pool: dict, target_params, target_cfg: ModelConfig, batch_si
   """[N, L, F] float16: the target's last hidden state (before its final norm; F = D) at
   every position of the pool's sequences, or with `layers` the concatenation of those
   layers' outputs (F = len(layers) x D), for feature drafts (one cache-free target pass)."""
+  from specjax.training.data import live_width  # data imports this module
   n, seq_len = pool["tokens"].shape
   width = target_cfg.d_model * (len(layers) if layers else 1)
   out = np.zeros((n, seq_len, width), np.float16)
@@ -136,18 +137,11 @@ def target_features(pool: dict, target_params, target_cfg: ModelConfig, batch_si
     rows = toks.shape[0]
     # Causal: the columns up to just past the last masked position (a multiple of 64, few
     # shapes to compile) give the same features; the padding after them stays zero.
-    cols = _live_columns(pool["mask"][start:start + batch_size], seq_len) if "mask" in pool else seq_len
+    cols = live_width(pool["mask"][start:start + batch_size]) if "mask" in pool else seq_len
     toks = np.pad(toks[:, :cols], ((0, batch_size - rows), (0, 0)))
     out[start:start + rows, :cols] = np.asarray(_features(
         target_params, target_cfg, jnp.asarray(toks), layers=layers))[:rows].astype(np.float16)
   return out
-
-
-def _live_columns(mask: np.ndarray, seq_len: int, multiple: int = 64) -> int:
-  """Columns a batch's losses read: through the token after its last masked position."""
-  rows, cols = np.nonzero(mask)
-  need = int(cols.max()) + 2 if cols.size else 1
-  return min(seq_len, -(-need // multiple) * multiple)
 
 
 def features_file(stem: str, layers: Optional[tuple]) -> str:
