@@ -8,7 +8,9 @@ Each checkout runs in its own process (its own `specjax` import) on the embedded
 target, alternately, `--rounds` times; a cell keeps its fastest round. Measured per
 batch size B (greedy, random 100-token prompts, no EOS): the decode step as the
 difference of a 65-token and a 1-token run over 64 steps (so the prefill drops out),
-the prefill, and a speculative round with the shipped draft at k = 4 (batch 1).
+the prefill, a speculative round with the shipped draft at k = 1 and k = 4 (batch 1), and
+the main job's prompt (`make demo`, 64 new tokens) with the target alone and the shipped
+draft at k = 1 and 4 (its speedups are the ratios of those rows).
 Compile time is excluded by `generate` itself (`specjax.bench.timing.best_of`).
 Writes results.json and table.md.
 """
@@ -41,9 +43,17 @@ def measure(batches) -> dict:
     out[f"decode_ms_b{b}"] = 1e3 * (wall[65] - wall[1]) / 64
     out[f"prefill_s_b{b}"] = wall[1]
   prompts = [rng.integers(100, 20000, 100).tolist()]
-  kw = dict(draft="smollm2-135m-draft", k=4, eos_ids=(), temperature=0.0)
-  best = best_of(3, target, prompts, 65, **kw).stats
-  out["spec_round_ms_b1"] = 1e3 * best.wall_time_s / int(best.rounds.max())
+  for k in (1, 4):
+    kw = dict(draft="smollm2-135m-draft", k=k, eos_ids=(), temperature=0.0)
+    best = best_of(3, target, prompts, 65, **kw).stats
+    out["spec_round_ms_b1" + ("" if k == 4 else f"_k{k}")] = (
+        1e3 * best.wall_time_s / int(best.rounds.max()))
+  # The main job's prompt (`make demo`): the target alone and the shipped draft at k = 1, 4.
+  from configs.speculate import DEFAULT_PROMPT
+  for k in (0, 1, 4):
+    kw = {} if k == 0 else dict(draft="smollm2-135m-draft", k=k)
+    run = best_of(3, target, [DEFAULT_PROMPT], 64, chat=True, temperature=0.0, **kw)
+    out[f"demo_ms_{'target' if k == 0 else f'k{k}'}"] = 1e3 * run.stats.wall_time_s
   return out
 
 

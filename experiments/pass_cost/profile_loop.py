@@ -51,7 +51,7 @@ def main(argv):
   with jax.profiler.trace(trace_dir):
     result = specjax.generate(target, prompts, _NEW.value, **kw)
   steps = int(result.stats.rounds.max())
-  hlo = list(gen._COMPILED.values())[-1][0].as_text()  # the executable just run
+  hlo = list(gen._COMPILED.values())[-1][0].rounds.as_text()  # the rounds just run
   index = _op_index(hlo)
   space = jax.profiler.ProfileData.from_file(
       glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0])

@@ -26,7 +26,7 @@ import numpy as np
 
 from specjax.decoding.drafters import DraftContext
 from specjax.decoding.generate import prompt_bucket, resolve_drafter
-from specjax.models import forward
+from specjax.models import forward, pass_options
 from specjax.models.interface import as_decoder, feature_layers, target_pass
 from specjax.sampling import SamplingParams
 
@@ -72,12 +72,14 @@ def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
   rng = np.random.default_rng(seed)
   context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
   cache = _filled_cache(target, context, max_len)
-  fwd = jax.jit(lambda p, t, c: forward(p, target.cfg, t, c)[0])
-  out = {"step": time_call(fwd, (target.params, jnp.zeros((1, 1), jnp.int32), cache), n, repeats),
+  # Each pass compiled as the loop compiles a program of its rows (`pass_options`).
+  fwd = lambda rows: pass_options.jit(lambda p, t, c: forward(p, target.cfg, t, c)[0], rows)
+  out = {"step": time_call(fwd(1), (target.params, jnp.zeros((1, 1), jnp.int32), cache), n,
+                           repeats),
          "verify": {}}
   for k in sorted(set(int(x) for x in ks)):
     toks = jnp.zeros((1, k + 1), jnp.int32)
-    out["verify"][k] = time_call(fwd, (target.params, toks, cache), n, repeats)
+    out["verify"][k] = time_call(fwd(k + 1), (target.params, toks, cache), n, repeats)
   return out
 
 
@@ -93,14 +95,15 @@ def draft_call(target, drafter, k: int, context: np.ndarray, max_len: int,
   cache, feats = _filled_cache(target, context[:-1], max_len, with_hidden=True, drafter=drafter)
   state = drafter.init(target.params, jnp.asarray(context[:-1])[None],
                        jnp.array([context_len - 1], jnp.int32), max_len, feats)
-  propose = functools.partial(_propose, cfg=target.cfg, k=k, tree=tree,
-                              sampling=SamplingParams(temperature=float(temperature)))
+  rows = k + 1 if tree is None else tree.slots  # the loop's rounds program, for its options
+  propose = pass_options.jit(functools.partial(
+      _propose, cfg=target.cfg, k=k, tree=tree,
+      sampling=SamplingParams(temperature=float(temperature))), rows)
   args = (drafter, state, target.params, cache, jnp.asarray(tokens), n_tokens,
           jax.random.PRNGKey(seed))
   return propose, args
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "k", "sampling", "tree"))
 def _propose(drafter, state, params, cache, tokens, n_tokens, key, *, cfg, k, sampling, tree):
   ctx = DraftContext(target_params=params, target_cache=cache, tokens=tokens, n_tokens=n_tokens,
                      target_cfg=cfg, k=k, sampling=sampling)

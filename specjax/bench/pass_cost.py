@@ -32,7 +32,7 @@ import numpy as np
 
 from specjax import sampling as sampling_lib
 from specjax.bench.costs import _filled_cache
-from specjax.models import transformer as tf
+from specjax.models import pass_options, transformer as tf
 from specjax.models.params import canonical
 
 PARTS = ("pass", "qkv", "attention", "o", "mlp", "norms", "head", "warp")
@@ -91,24 +91,26 @@ def _part_cases(target, t: int, cache, rng) -> dict:
   logits = normal(1, t, cfg.vocab_size)
   drafts = jnp.asarray(rng.integers(0, cfg.vocab_size, (1, t - 1)), jnp.int32)
 
+  jit = lambda fn: pass_options.jit(fn, t)  # compiled as the loop compiles t-row passes
+
   def all_layers(fn: Callable):
-    return jax.jit(lambda ls, *a: [fn(lp, *a) for lp in ls])
+    return jit(lambda ls, *a: [fn(lp, *a) for lp in ls])
 
   def attention(c, q, k, v, positions):
     return [tf.cached_attention(q, k, v, (c.k[i], c.v[i]), positions, c.lengths)
             for i in range(len(c.k))]
 
   return {
-      "pass": (jax.jit(lambda p, tok, c: tf.forward(p, cfg, tok, c)[0]), (params, tokens, cache)),
+      "pass": (jit(lambda p, tok, c: tf.forward(p, cfg, tok, c)[0]), (params, tokens, cache)),
       "qkv": (all_layers(lambda lp, x, pos: tf.project_qkv(lp["attn"], cfg, x, pos)),
               (layers, x, positions)),
-      "attention": (jax.jit(attention), (cache, q, k, v, positions)),
+      "attention": (jit(attention), (cache, q, k, v, positions)),
       "o": (all_layers(lambda lp, y: tf.out_proj(lp["attn"], y)), (layers, y)),
       "mlp": (all_layers(lambda lp, x: tf.mlp(lp["mlp"], cfg, x)), (layers, x)),
       "norms": (all_layers(lambda lp, x: (tf.norm(lp["attn_norm"], cfg, x),
                                           tf.norm(lp["mlp_norm"], cfg, x))), (layers, x)),
-      "head": (jax.jit(lambda p, x: tf.head(p, cfg, x)), (params, x)),
-      "warp": (jax.jit(_greedy_verify), (drafts, logits)),
+      "head": (jit(lambda p, x: tf.head(p, cfg, x)), (params, x)),
+      "warp": (jit(_greedy_verify), (drafts, logits)),
   }
 
 

@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.decoding import drafters as drafters_lib
-from specjax.decoding.loop import NoDrafter, run
+from specjax.decoding.loop import NoDrafter, prefill, rounds
 from specjax.decoding.stats import SpecStats
 from specjax.decoding import sharding as sharding_lib
 from specjax.decoding.verify import verify_row
 from specjax.decoding import tree as tree_lib
 from specjax.decoding import lookahead as lookahead_lib
 from specjax.decoding import medusa as medusa_lib
-from specjax.models import is_feature_draft
+from specjax.models import is_feature_draft, pass_options
 from specjax.models.interface import as_decoder
 from specjax.sampling import SamplingParams
 
@@ -133,15 +133,36 @@ def _encode_prompts(target, prompts, chat: bool) -> list:
 _COMPILED: dict = {}
 
 
-def _compiled_run(args: tuple, statics: dict):
-  """AOT-compiles `run` once per (shapes, settings) so that run time excludes compile time."""
+@dataclasses.dataclass(frozen=True)
+class CompiledLoop:
+  """The loop's two programs, compiled: the prefill (XLA's defaults: many rows per pass)
+  and the rounds (`pass_options` for their B x (k + 1) rows). Called like `loop.run`."""
+  prefill: Any
+  rounds: Any
+
+  def __call__(self, decoder, drafter, prompt, lens, max_new, key):
+    state = self.prefill(decoder, drafter, prompt, lens, max_new, key)
+    return self.rounds(decoder, drafter, state, lens, max_new)
+
+
+def _compiled_run(args: tuple, statics: dict, rows: int):
+  """AOT-compiles the loop once per (shapes, settings) so that run time excludes compile
+  time. rows: of one round's target pass (batch x (k + 1) or tree slots)."""
   leaves, treedef = jax.tree.flatten(args)
   sig = (treedef, tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
-         tuple(sorted(statics.items())))
+         tuple(sorted(statics.items())), rows)
   if sig not in _COMPILED:
     start = time.perf_counter()
-    _COMPILED[sig] = (run.lower(*args, **statics).compile(), time.perf_counter() - start)
-    return _COMPILED[sig][0], _COMPILED[sig][1]
+    pre_statics = {n: v for n, v in statics.items() if n != "verifier"}
+    pre = prefill.lower(*args, **pre_statics).compile()
+    state = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
+                         jax.eval_shape(lambda *a: prefill(*a, **pre_statics), *args),
+                         pre.output_shardings)
+    decoder, drafter, _, lens, max_new, _ = args
+    lowered = rounds.lower(decoder, drafter, state, lens, max_new, **statics)
+    loop = CompiledLoop(prefill=pre, rounds=pass_options.compile_lowered(lowered, rows))
+    _COMPILED[sig] = (loop, time.perf_counter() - start)
+    return _COMPILED[sig]
   return _COMPILED[sig][0], 0.0
 
 
@@ -254,7 +275,7 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     print(f"specjax: long prefill of {longest} tokens (bucket {bucket}, cache {max_len}) "
           "starting", file=sys.stderr, flush=True)
   with sharding_lib.mesh_context(mesh):
-    compiled, compile_s = _compiled_run(args, statics)
+    compiled, compile_s = _compiled_run(args, statics, rows=prompt.shape[0] * (width + 1))
     start = time.perf_counter()
     state = jax.block_until_ready(compiled(*args))
     wall = time.perf_counter() - start

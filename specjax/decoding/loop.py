@@ -80,26 +80,23 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   return kept, done
 
 
-@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "max_len", "verifier",
-                                                  "tree", "target_cfg"))
-def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
-        key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
-        max_len: int, verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
-  """Prefill and speculative rounds until every row is done. Returns the final state.
+_STATICS = ("sampling", "k", "eos_ids", "max_len", "tree", "target_cfg")
 
-  target: a decoder behind the model interface (`specjax.models.interface.Decoder`), or
-  a transformer's params with its `target_cfg`.
-  tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k; with a tree, a
-  verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
-  """
-  tree_rule = None if verifier is verify_row else verifier
-  if target_cfg is not None:
-    target = Decoder(params=target, cfg=target_cfg)
+
+def _decoder(target, target_cfg):
+  return target if target_cfg is None else Decoder(params=target, cfg=target_cfg)
+
+
+@functools.partial(jax.jit, static_argnames=_STATICS)
+def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
+            key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+            max_len: int, tree=None, target_cfg=None) -> LoopState:
+  """The prompt bucket in one pass, the first new token from the target, and the loop's
+  initial state. Compiled apart from the rounds: its passes have many rows."""
+  target = _decoder(target, target_cfg)
   b, p_len = prompt.shape
   rows = jnp.arange(b)
   key, prefill_key = jax.random.split(key)
-
-  # Prefill: the whole prompt bucket at once; the first new token comes from the target.
   hidden, cache, feats = target_pass(target, drafter, prompt,
                                      prefill=(prompt_lens, max_len))  # [B, P, D]
   last = target.head(hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
@@ -107,8 +104,7 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
   tokens = tokens.at[rows, prompt_lens].set(first)
   _, done = jax.vmap(lambda t: _finish(t[None], 1, 0, max_new, eos_ids))(first)
-
-  state = LoopState(
+  return LoopState(
       tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache,
       draft_state=drafter.init(target.params, prompt, prompt_lens, max_len, feats), done=done,
       key=key,
@@ -116,6 +112,17 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
       rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
       accepted=jnp.zeros((b, k), jnp.int32), path_lengths=jnp.zeros((b, k + 1), jnp.int32),
       rank_hits=jnp.zeros((b, k, 1 if tree is None else tree.max_children), jnp.int32))
+
+
+@functools.partial(jax.jit, static_argnames=_STATICS + ("verifier",), donate_argnums=(2,))
+def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: jax.Array, *,
+           sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple, max_len: int,
+           verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
+  """Speculative rounds from `prefill`'s state until every row is done (one while_loop).
+  Its passes have B x (k + 1) rows (B x tree slots): `pass_options` compiles it for that."""
+  del max_len  # fixed by the state's buffers; a static so both programs take one set
+  target = _decoder(target, target_cfg)
+  tree_rule = None if verifier is verify_row else verifier
 
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
@@ -173,3 +180,20 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
             & (ranks[:, :, None] == jnp.arange(s.rank_hits.shape[2]))))
 
   return jax.lax.while_loop(lambda s: ~jnp.all(s.done), round_, state)
+
+
+def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
+        key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+        max_len: int, verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
+  """Prefill and speculative rounds until every row is done. Returns the final state.
+
+  target: a decoder behind the model interface (`specjax.models.interface.Decoder`), or
+  a transformer's params with its `target_cfg`.
+  tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k; with a tree, a
+  verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
+  Two jitted programs (`prefill`, `rounds`); `generate` compiles each with its options.
+  """
+  statics = dict(sampling=sampling, k=k, eos_ids=eos_ids, max_len=max_len, tree=tree,
+                 target_cfg=target_cfg)
+  state = prefill(target, drafter, prompt, prompt_lens, max_new, key, **statics)
+  return rounds(target, drafter, state, prompt_lens, max_new, verifier=verifier, **statics)

@@ -20,10 +20,12 @@ derived layout under one more key, never read by training, export or sharding:
     "inference": {"layers": [ {"attn": {"qkv_t": [H*E + 2*K*E, D], "qkv_bias"?, "o_t": [D, H*E]},
                                "mlp": {"gate_up_t": [2F, D], "down_t": [D, F]} (Llama)
                                     | {"fc_t": [F, D], "proj_t": [D, F]} (GPT-2)} ] * L,
-                  "head_t": [V, D] (untied heads only)}
+                  "head_t": [V, D] (untied heads) | "head_io": [D, V] (tied heads)}
 
-the same weights transposed to [out, in] and fused (q/k/v, gate/up), so that a verify
-pass of a few rows reads each weight once, in contiguous blocks (`transformer.matmul_t`).
+the layer weights transposed to [out, in] and fused (q/k/v, gate/up), so that a decode
+step reads each weight as contiguous rows (`transformer.matmul_t`), and the head in the
+layout its embedding or kernel lacks, so that each row count takes its fastest product
+(`transformer.full_head`).
 `canonical(params)` drops it again.
 """
 from __future__ import annotations
@@ -111,6 +113,8 @@ def inference_layout(params: dict, cfg: ModelConfig) -> dict:
   extra = {"layers": layers}
   if not cfg.tie_embeddings and "lm_head" in params:
     extra["head_t"] = t(params["lm_head"]["kernel"])
+  elif cfg.tie_embeddings and "embed" in params:
+    extra["head_io"] = t(params["embed"])
   return {**params, "inference": extra}
 
 

@@ -305,16 +305,48 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
                 mask=mask, collect=collect)
 
 
+# How a pass's rows reach the output head, by row count (measured on the 2-core CPU with
+# `pass_options`' few-row compile options, experiments/pass_cost/README.md, "YNNPACK off
+# for few rows"): one row streams the [V, D] weight (matrix-vector); up to
+# _HEAD_GEMM_MAX_ROWS rows take XLA's GEMM on the [D, V] kernel; up to
+# _HEAD_WEIGHT_LHS_MAX_ROWS rows (tree passes) take the product with the [V, D] weight as
+# the left operand, [V, D] @ [D, R] -> [V, R], transposed apart (XLA would otherwise fold
+# the transpose into the dot, whose CPU kernels cost 2-7x more); more rows (prefills,
+# training) the plain product.
+_HEAD_GEMM_MAX_ROWS = 8
+_HEAD_WEIGHT_LHS_MAX_ROWS = 64
+
+
+def head_weight_lhs(x: jax.Array, w_t: jax.Array) -> jax.Array:
+  """x [..., D] times w_t [V, D] -> [..., V], as (w_t @ x^T)^T with the transpose kept apart."""
+  rows = x.reshape(-1, x.shape[-1])  # [R, D]
+  y = jax.lax.optimization_barrier(w_t @ rows.T)  # [V, R]
+  return y.T.reshape(*x.shape[:-1], w_t.shape[0])
+
+
+def full_head(params: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
+  """Normed hidden x [..., D] -> logits [..., V] over the whole vocabulary, in the form
+  that is fastest for x's row count (see above)."""
+  inference = params.get("inference", {})
+  if cfg.tie_embeddings:  # embed [V, D] is already the [out, in] layout
+    w_t, w = params["embed"], inference.get("head_io")  # [V, D], [D, V] (derived) or None
+  else:
+    w_t, w = inference.get("head_t"), params["lm_head"]["kernel"]
+  rows = _rows(x)
+  if w_t is not None and (rows == 1 or (w is None and rows > _HEAD_WEIGHT_LHS_MAX_ROWS)):
+    return matmul_t(x, w_t)
+  if w is not None and (rows <= _HEAD_GEMM_MAX_ROWS or w_t is None
+                        or rows > _HEAD_WEIGHT_LHS_MAX_ROWS):
+    return x @ w
+  return head_weight_lhs(x, w_t)
+
+
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
   """Final norm and output projection: [B, T, D] -> float32 logits [B, T, V]."""
   x = norm(params["final_norm"], cfg, hidden)
-  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]  # [D, V]
   if "head_vocab" not in params:
-    if cfg.tie_embeddings:  # embed [V, D] is already the [out, in] layout
-      return matmul_t(x, params["embed"]).astype(jnp.float32)
-    if "inference" in params and _rows(x) <= _T_LAYOUT_MAX_ROWS:
-      return matmul_t(x, params["inference"]["head_t"]).astype(jnp.float32)
-    return (x @ kernel).astype(jnp.float32)
+    return full_head(params, cfg, x).astype(jnp.float32)
+  kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]  # [D, V]
   # Reduced output vocabulary (FR-Spec style drafts): score only the listed ids;
   # every other id gets probability zero, so verification stays exact.
   ids = params["head_vocab"]  # [V'] int32
