@@ -19,7 +19,7 @@ generate_lib = importlib.import_module("specjax.decoding.generate")
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_every_head_form_gives_the_plain_product(tie):
-  """Rows 1 (matrix-vector), 2..8 (GEMM on [D, V]), 9..64 (weight on the left, transposed
+  """Rows 1-2 (matrix-vector per row), 3..8 (GEMM on [D, V]), 9..64 (weight on the left, transposed
   apart) and more (plain) give x @ W within float32 rounding, with and without the
   inference layout, under both the default and the few-row compile options."""
   model = tiny(vocab=301, tie_embeddings=tie)

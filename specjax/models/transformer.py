@@ -307,12 +307,14 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
 
 # How a pass's rows reach the output head, by row count (measured on the 2-core CPU with
 # `pass_options`' few-row compile options, experiments/pass_cost/README.md, "YNNPACK off
-# for few rows"): one row streams the [V, D] weight (matrix-vector); up to
+# for few rows"): up to _HEAD_ROW_BY_ROW_MAX_ROWS rows stream the [V, D] weight once per
+# row (matrix-vector products; the second costs less than the GEMM's extra); up to
 # _HEAD_GEMM_MAX_ROWS rows take XLA's GEMM on the [D, V] kernel; up to
 # _HEAD_WEIGHT_LHS_MAX_ROWS rows (tree passes) take the product with the [V, D] weight as
 # the left operand, [V, D] @ [D, R] -> [V, R], transposed apart (XLA would otherwise fold
 # the transpose into the dot, whose CPU kernels cost 2-7x more); more rows (prefills,
 # training) the plain product.
+_HEAD_ROW_BY_ROW_MAX_ROWS = 2
 _HEAD_GEMM_MAX_ROWS = 8
 _HEAD_WEIGHT_LHS_MAX_ROWS = 64
 
@@ -335,6 +337,10 @@ def full_head(params: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   rows = _rows(x)
   if w_t is not None and (rows == 1 or (w is None and rows > _HEAD_WEIGHT_LHS_MAX_ROWS)):
     return matmul_t(x, w_t)
+  if w_t is not None and rows <= _HEAD_ROW_BY_ROW_MAX_ROWS:
+    flat = x.reshape(rows, 1, x.shape[-1])  # [R, 1, D]: one matrix-vector product per row
+    y = jnp.concatenate([matmul_t(flat[r], w_t) for r in range(rows)], 0)  # [R, V]
+    return y.reshape(*x.shape[:-1], w_t.shape[0])
   if w is not None and (rows <= _HEAD_GEMM_MAX_ROWS or w_t is None
                         or rows > _HEAD_WEIGHT_LHS_MAX_ROWS):
     return x @ w
