@@ -38,7 +38,7 @@ def main():
   for k in range(1, 7):
     settings[f"chain k={k}"] = dict(draft=draft, k=k)
   settings[f"tree=auto k={args.k}"] = dict(draft=draft, k=args.k, tree="auto")
-  for spec in ("static:2,1,1,1", "dynamic:8"):
+  for spec in ("static:2,1,1,1", "static:2,2,1,1", "dynamic:8", "dynamic:16"):
     settings[f"{spec} k={args.k}"] = dict(draft=draft, k=args.k, tree=spec)
   start = time.perf_counter()
   chosen = specjax.generate(target, prompts[:4], args.max_new, **settings[f"tree=auto k={args.k}"])
