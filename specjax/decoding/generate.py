@@ -150,16 +150,13 @@ def _compiled_run(args: tuple, statics: dict, rows: int):
   time. rows: of one round's target pass (batch x (k + 1) or tree slots)."""
   leaves, treedef = jax.tree.flatten(args)
   sig = (treedef, tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
-         tuple(sorted(statics.items())), rows)
+         tuple(sorted(statics.items())))  # rows follow from these
   if sig not in _COMPILED:
     start = time.perf_counter()
-    pre_statics = {n: v for n, v in statics.items() if n != "verifier"}
-    pre = prefill.lower(*args, **pre_statics).compile()
-    state = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
-                         jax.eval_shape(lambda *a: prefill(*a, **pre_statics), *args),
-                         pre.output_shardings)
+    pre = prefill.lower(*args, **{n: v for n, v in statics.items() if n != "verifier"}).compile()
     decoder, drafter, _, lens, max_new, _ = args
-    lowered = rounds.lower(decoder, drafter, state, lens, max_new, **statics)
+    lowered = rounds.lower(decoder, drafter, pre.out_info, lens, max_new,  # the state's avals
+                           **{n: v for n, v in statics.items() if n != "max_len"})
     loop = CompiledLoop(prefill=pre, rounds=pass_options.compile_lowered(lowered, rows))
     _COMPILED[sig] = (loop, time.perf_counter() - start)
     return _COMPILED[sig]

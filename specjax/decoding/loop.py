@@ -80,14 +80,12 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   return kept, done
 
 
-_STATICS = ("sampling", "k", "eos_ids", "max_len", "tree", "target_cfg")
-
-
 def _decoder(target, target_cfg):
   return target if target_cfg is None else Decoder(params=target, cfg=target_cfg)
 
 
-@functools.partial(jax.jit, static_argnames=_STATICS)
+@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "max_len", "tree",
+                                             "target_cfg"))
 def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
             key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
             max_len: int, tree=None, target_cfg=None) -> LoopState:
@@ -114,13 +112,14 @@ def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new:
       rank_hits=jnp.zeros((b, k, 1 if tree is None else tree.max_children), jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames=_STATICS + ("verifier",), donate_argnums=(2,))
+@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "verifier", "tree",
+                                             "target_cfg"), donate_argnums=(2,))
 def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: jax.Array, *,
-           sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple, max_len: int,
+           sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
            verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
   """Speculative rounds from `prefill`'s state until every row is done (one while_loop).
-  Its passes have B x (k + 1) rows (B x tree slots): `pass_options` compiles it for that."""
-  del max_len  # fixed by the state's buffers; a static so both programs take one set
+  Its passes have B x (k + 1) rows (B x tree slots): `pass_options` compiles it for that.
+  The cache length is the state's (`prefill`'s max_len)."""
   target = _decoder(target, target_cfg)
   tree_rule = None if verifier is verify_row else verifier
 
@@ -193,7 +192,6 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
   Two jitted programs (`prefill`, `rounds`); `generate` compiles each with its options.
   """
-  statics = dict(sampling=sampling, k=k, eos_ids=eos_ids, max_len=max_len, tree=tree,
-                 target_cfg=target_cfg)
-  state = prefill(target, drafter, prompt, prompt_lens, max_new, key, **statics)
+  statics = dict(sampling=sampling, k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg)
+  state = prefill(target, drafter, prompt, prompt_lens, max_new, key, max_len=max_len, **statics)
   return rounds(target, drafter, state, prompt_lens, max_new, verifier=verifier, **statics)

@@ -335,16 +335,19 @@ def full_head(params: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   else:
     w_t, w = inference.get("head_t"), params["lm_head"]["kernel"]
   rows = _rows(x)
-  if w_t is not None and (rows == 1 or (w is None and rows > _HEAD_WEIGHT_LHS_MAX_ROWS)):
+  if w_t is None:  # an untied head without the inference layout
+    return x @ w
+  if rows == 1:
     return matmul_t(x, w_t)
-  if w_t is not None and rows <= _HEAD_ROW_BY_ROW_MAX_ROWS:
+  if rows <= _HEAD_ROW_BY_ROW_MAX_ROWS:
     flat = x.reshape(rows, 1, x.shape[-1])  # [R, 1, D]: one matrix-vector product per row
     y = jnp.concatenate([matmul_t(flat[r], w_t) for r in range(rows)], 0)  # [R, V]
     return y.reshape(*x.shape[:-1], w_t.shape[0])
-  if w is not None and (rows <= _HEAD_GEMM_MAX_ROWS or w_t is None
-                        or rows > _HEAD_WEIGHT_LHS_MAX_ROWS):
+  if w is not None and (rows <= _HEAD_GEMM_MAX_ROWS or rows > _HEAD_WEIGHT_LHS_MAX_ROWS):
     return x @ w
-  return head_weight_lhs(x, w_t)
+  if rows <= _HEAD_WEIGHT_LHS_MAX_ROWS:
+    return head_weight_lhs(x, w_t)
+  return matmul_t(x, w_t)  # many rows, no [D, V] copy (training a tied head)
 
 
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
