@@ -131,7 +131,15 @@ def test_auto_tree_choice():
   flat = tree_auto.choose(accept, lambda t: 1.0, 0.0, 3, calibration=(4, 2, 2))
   assert flat[0] == (4, 2, 2)  # passes cost the same whatever their size: the widest tree
   steep = tree_auto.choose(accept, lambda t: float(t), 0.0, 3, calibration=(4, 2, 2))
-  assert steep[0] == (1, 1, 1)  # cost proportional to size: the chain
+  assert steep[0] == (1,)  # cost proportional to size: the shortest chain (1.6 / 2 tokens)
+  # A pass costing 1 + T/8 and a draft step 0.05: depth 2 beats depths 1 and 3 among
+  # chains, and the choice is the best of all depths (checked by brute force here).
+  cost = lambda t: 1.0 + t / 8
+  best = tree_auto.choose(accept, cost, 0.05, 3, calibration=(4, 2, 2))
+  rates = {b: tree_auto.expected_tokens(b, accept) / (len(b) * 0.05 + cost(
+      tree_auto.TreeSpec.static(b).n_nodes + 1))
+      for d in (1, 2, 3) for b in tree_auto.candidates(d, (4, 2, 2)[:d])}
+  assert best[0] == max(rates, key=rates.get) and len(set(map(len, rates))) == 3
 
 
 @pytest.mark.parametrize("draft", ["perturbed", "feature", "early_exit:1"])

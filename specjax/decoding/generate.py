@@ -182,8 +182,8 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   the choice is printed and returned in `k_choice`.
   tree: None (a chain of k drafts), "static:4,2,2,1" (branching per depth; k entries),
   "dynamic:N" (EAGLE-2: the best N of the draft's top candidates), a `TreeSpec`, or
-  "auto" (the static tree of most expected tokens/s from a short calibration and
-  measured pass costs, printed; see `specjax.decoding.tree_auto`).
+  "auto" (the static tree of most expected tokens/s, of depth at most k, from a short
+  calibration and measured pass costs, printed; see `specjax.decoding.tree_auto`).
   mesh: a ("data", "model") mesh (default: the target's, from `load_model(mesh=)`): the
   same jitted loop runs on it with target and draft params split over "model" and the
   batch and caches over "data" (`specjax.models.sharding`); the batch is padded to a
@@ -227,6 +227,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
       raise ValueError("tree='auto' needs a drafter: pass draft= as well.")
     from specjax.decoding.tree_auto import auto_tree as choose_tree
     tree = choose_tree(target, drafter, k, prompt_ids, sampling)
+    k = tree.depth  # k is the deepest tree considered; the chosen one may be shallower
+    if tree.n_nodes == k:  # one branch: run it as the chain (the same tokens and counts)
+      tree = None
 
   longest = max(len(p) for p in prompt_ids)
   width = k if tree is None else tree.slots - 1  # draft slots one round writes
