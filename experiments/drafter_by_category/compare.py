@@ -61,15 +61,27 @@ def pass_width(drafter, k: int, tree) -> int:
 
 
 def pass_costs(target, widths, context_len: int, max_len: int) -> dict:
-  """{T: seconds of one target pass over T tokens} on a cache holding context_len tokens."""
-  import jax
-  import jax.numpy as jnp
-  from specjax.bench.costs import time_call
-  from specjax.models.interface import as_decoder
-  dec = as_decoder(target)
-  cache = dec.prefill(jnp.ones((1, context_len), jnp.int32), jnp.array([context_len]), max_len)[1]
-  fn = jax.jit(lambda d, t, c: d.head(d.step(t, None, None, c)[0]))
-  return {t: time_call(fn, (dec, jnp.ones((1, t), jnp.int32), cache), 3, 3) for t in sorted(set(widths))}
+  """{T: seconds of one target pass over T tokens} on a cache holding context_len tokens,
+  each pass compiled with the options the loop gives a program of its rows."""
+  from specjax.bench.costs import target_costs
+  r = target_costs(target, context_len, max_len, [t - 1 for t in set(widths) if t > 1], n=3)
+  return {1: r["step"], **{k + 1: v for k, v in r["verify"].items()}}
+
+
+def draft_step_cost(target, drafter, context_len: int, max_len: int):
+  """Seconds of one draft step (k="auto"'s cached measurement), None where not measurable."""
+  from specjax.decoding import auto_k
+  try:
+    return auto_k.draft_step_cost(target, drafter, context_len, -(-max_len // 128) * 128, 0.0)
+  except Exception:  # noqa: BLE001 - drafters that own their pass (lookahead) have no step
+    return None
+
+
+def closed_form(tokens_per_pass, pass_cost, k: int, c_draft, c1: float):
+  """The speedup a chain round should give: tokens_per_pass x c(1) / (c(k+1) + k c_draft)."""
+  if c_draft is None:
+    return None
+  return tokens_per_pass / (pass_cost + k * c_draft / c1)
 
 
 def main(argv):
@@ -104,6 +116,8 @@ def main(argv):
   widths = [1] + [pass_width(drafters[l], k, t) for l, d, k, t in settings if d]
   longest = max(len(ids) for _, ids in rows)
   costs = pass_costs(target, widths, longest, -(-(2 * longest + c.max_new_tokens + max(widths)) // 128) * 128)
+  c_draft = {l: draft_step_cost(target, drafters[l], longest, 2 * longest + c.max_new_tokens
+                                + max(widths)) for l, d, k, t in settings if d and t is None}
   path = os.path.join(out_dir, "results.jsonl")
   records = []
   if FLAGS.append and os.path.exists(path):
@@ -131,6 +145,8 @@ def main(argv):
                "pass_cost": costs[width] / costs[1],
                "round_cost": (st.wall_time_s / max(rounds, 1)) / costs[1],
                "wall_s": st.wall_time_s, "speedup": base.stats.wall_time_s / st.wall_time_s,
+               "closed_form": closed_form(st.tokens_per_pass, costs[width] / costs[1], k,
+                                          c_draft.get(label), costs[1]) if draft else None,
                "identical": res.tokens == base.tokens}
         records.append(rec)
         f.write(json.dumps(rec) + "\n")
@@ -163,8 +179,9 @@ def _f(x, spec="{:.2f}"):
 def write_table(records, out_dir):
   labels = list(dict.fromkeys(r["setting"] for r in records))
   cats = list(dict.fromkeys(r["category"] for r in records))
-  lines = ["| setting | k | tree | pass T | c(T)/c(1) | round/c(1) | alpha | tokens/pass | speedup |",
-           "|---|---|---|---|---|---|---|---|---|"]
+  lines = ["| setting | k | tree | pass T | c(T)/c(1) | round/c(1) | alpha | tokens/pass | "
+           "speedup | closed form | speedup / closed form |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
   for l in labels:
     rs = [r for r in records if r["setting"] == l]
     r0 = rs[0]
@@ -173,17 +190,22 @@ def write_table(records, out_dir):
                  f"{_f(r0['pass_cost'])} | {_f(_mean([r['round_cost'] for r in rs]))} | "
                  f"{_f(_mean([r['alpha'] for r in rs]))} | "
                  f"{_f(_mean([r['tokens_per_pass'] for r in rs]))} | "
-                 f"{_f(_mean([r['speedup'] for r in rs]))} |")
+                 f"{_f(_mean([r['speedup'] for r in rs]))} | "
+                 f"{_f(_mean([r.get('closed_form') for r in rs]))} | "
+                 f"{_f(_mean([r['speedup'] / r['closed_form'] for r in rs if r.get('closed_form')]))} |")
   n_prompts = {c: len({r["id"] for r in records if r["category"] == c}) for c in cats}
-  lines += ["", "Tokens per target pass (speedup) by category, the mean over its prompts ("
+  lines += ["", "Tokens per target pass (speedup, and for chains speedup / closed form) by "
+            "category, the mean over its prompts ("
             + ", ".join(f"{c} {n}" for c, n in n_prompts.items()) + "):", "",
             "| setting | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
   for l in labels:
     cells = []
     for cat in cats:
       rs = [r for r in records if r["setting"] == l and r["category"] == cat]
+      ratio = _mean([r["speedup"] / r["closed_form"] for r in rs if r.get("closed_form")])
       cells.append("-" if not rs else f"{_mean([r['tokens_per_pass'] for r in rs]):.2f} "
-                   f"({_mean([r['speedup'] for r in rs]):.2f}x)")
+                   f"({_mean([r['speedup'] for r in rs]):.2f}x"
+                   + ("" if ratio is None else f", {ratio:.2f} of closed form") + ")")
     lines.append(f"| {l} | " + " | ".join(cells) + " |")
   ok = all(r["identical"] for r in records)
   lines += ["", f"Greedy output identical to the target alone in every run: {ok}."]
