@@ -5,7 +5,8 @@
 Greedy, batch 1, one prompt per category of `--prompts` (default: the evaluation set,
 which the trainer never shaped), `--max_new` new tokens, the shipped default draft: the
 target alone, the chain at k = 1..`--max_chain`, tree="auto" of depth at most `--k` (its
-calibration runs once, before the timing, and is reported apart) and `--trees` fixed trees, timed round-robin (`--repeats` rounds, the fastest of each setting per prompt
+calibration runs once, before the timing, and is reported apart) and `--trees` fixed trees,
+timed round-robin (`--repeats` rounds, the fastest of each setting per prompt
 counts; compile excluded). Tokens/s is summed over the prompts. Also checks that every
 setting's tokens equal the target alone's. Writes <out>.json and <out>.md.
 """
@@ -19,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import specjax  # noqa: E402
 from specjax.bench import prompts as prompts_lib  # noqa: E402
-from specjax.bench.common import write_report  # noqa: E402
+from specjax.bench.common import parse_trees, write_report  # noqa: E402
 
 
 def main():
@@ -31,9 +32,10 @@ def main():
   ap.add_argument("--draft", default="smollm2-135m-draft")
   ap.add_argument("--prompts", default="eval", help="a prompt source of specjax.bench.prompts")
   ap.add_argument("--max_chain", type=int, default=6)
-  ap.add_argument("--trees", default="static:2,1,1,1,static:2,2,1,1,dynamic:8,dynamic:16",
-                  help="fixed trees of depth --k, comma-joined (static specs keep their commas)")
+  ap.add_argument("--trees", default="static:2,1,1,1;static:2,2,1,1;dynamic:8;dynamic:16",
+                  help="fixed trees of depth --k, joined by ';' (as config.trees)")
   args = ap.parse_args()
+  trees = parse_trees(args.trees, [args.k])  # a bad list: one clear error before loading
   target = specjax.load_model("smollm2-135m")
   draft = specjax.load_model(args.draft, target=target)
   prompts = [target.encode(r["text"], chat=True)
@@ -43,7 +45,7 @@ def main():
     settings[f"chain k={k}"] = dict(draft=draft, k=k)
   auto_name = f"tree=auto k<={args.k}"
   settings[auto_name] = dict(draft=draft, k=args.k, tree="auto")
-  for spec in _tree_specs(args.trees):
+  for spec in trees:
     settings[f"{spec} k={args.k}"] = dict(draft=draft, k=args.k, tree=spec)
   start = time.perf_counter()
   # Acceptance from 4 prompts (one batch); then the finalists timed at batch 1, the batch
@@ -78,7 +80,8 @@ def main():
   chains = [r for r in rows if r["setting"].startswith("chain")]
   top = max(chains, key=lambda r: r["tokens_per_s"])
   auto = next(r for r in rows if r["setting"].startswith("tree=auto"))
-  r = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new, "k": args.k, "draft": args.draft,
+  r = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
+       "k": args.k, "draft": args.draft,
        "auto_tree": chosen.stats.tree or f"the chain at k={chosen.stats.k}",
        "calibration_s": calibration_s, "rows": rows, "best_chain": top["setting"],
        "auto_over_best_chain": auto["tokens_per_s"] / top["tokens_per_s"]}
@@ -91,20 +94,10 @@ def main():
   lines += ["", f"tree='auto' chose {r['auto_tree']} (calibration and cost measurement "
             f"{calibration_s:.0f} s, once per process); tree=auto / best chain "
             f"({top['setting']}): {r['auto_over_best_chain']:.2f}x. {len(prompts)} prompts "
-            f"of {args.prompts!r} (one per category), batch 1, {args.max_new} greedy new tokens, fastest of {args.repeats}."]
+            f"of {args.prompts!r} (one per category), batch 1, {args.max_new} greedy new "
+            f"tokens, fastest of {args.repeats}."]
   md = "\n".join(lines)
   write_report(args.out, r, md)
-
-
-def _tree_specs(text: str) -> list:
-  """'static:2,1,1,1,dynamic:8' -> ['static:2,1,1,1', 'dynamic:8']."""
-  out = []
-  for part in [p for p in text.split(",") if p]:
-    if ":" in part or not out:
-      out.append(part)
-    else:
-      out[-1] += "," + part
-  return out
 
 
 if __name__ == "__main__":

@@ -136,17 +136,17 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   cs = np.maximum.accumulate([measured[t] for t in sizes])  # a larger pass never costs less
   step = auto_k.draft_step_cost(target, drafter, context, max_len, sampling.temperature)
   cost = lambda t: float(np.interp(t, ts, cs))
-  timed = []  # (measured tokens/s, branching, expected tokens, predicted rate)
-  for b, e, rate in shortlist(ranked(accept, cost, step, k)):
+  timed = []  # (measured tokens/s, branching, expected tokens)
+  for b, e, _ in shortlist(ranked(accept, cost, step, k)):
     runs = [generate(target, prompts, max_new, draft=drafter, k=len(b),
                      tree=None if max(b) == 1 else TreeSpec.static(b), **sampled).stats
             for _ in range(2)]
-    timed.append((max(float(r.new_tokens.sum()) / r.wall_time_s for r in runs), b, e, rate))
-  tps, branching, e, rate = max(timed)
+    timed.append((max(float(r.new_tokens.sum()) / r.wall_time_s for r in runs), b, e))
+  tps, branching, e = max(timed)
   spec = TreeSpec.static(branching)
   if verbose:
     name = lambda b: "static:" + ",".join(map(str, b))
-    finalists = ", ".join(f"{name(b)} {t:.1f}" for t, b, _, _ in timed)
+    finalists = ", ".join(f"{name(b)} {t:.1f}" for t, b, _ in timed)
     print(f"tree='auto': {name(branching)} (depth {len(branching)} of at most {k}, "
           f"{spec.n_nodes} nodes{', the chain' if max(branching) == 1 else ''}), expected "
           f"{e:.2f} tokens per pass, c(T)/c(1) at T = {spec.n_nodes + 1}: "
