@@ -382,6 +382,55 @@ class NgramDrafter:
     return 0
 
 
+@flax.struct.dataclass
+class LookupFirstDrafter:
+  """Prompt lookup where the text repeats itself, a model drafter elsewhere.
+
+  Each round and row: when the last `min_match` or more tokens occur earlier in the row
+  (the longest suffix of up to n tokens, latest match: `NgramDrafter`'s rule), draft
+  their continuation (q one-hot); otherwise `base`'s proposal. The choice depends on
+  the final tokens only, so verification stays exact. `base` proposes every round; its
+  state must follow the verified tokens whatever was drafted, as a feature draft's
+  (rebuilt from the target's features) and early exit's (the target's own cache) do.
+  Spec string: "<draft>+ngram:N".
+  """
+  base: Any
+  n: int = flax.struct.field(pytree_node=False, default=3)
+  min_match: int = flax.struct.field(pytree_node=False, default=2)
+  BASES = ("FeatureDrafter", "EarlyExitDrafter")  # state follows the verified tokens
+
+  @property
+  def name(self) -> str:
+    return f"{getattr(self.base, 'name', type(self.base).__name__)}+ngram:{self.n}"
+
+  @property
+  def feature_layers(self) -> Optional[tuple]:
+    return getattr(self.base, "feature_layers", None)
+
+  def init(self, target_params, prompt, prompt_lens, max_len, hidden):
+    return self.base.init(target_params, prompt, prompt_lens, max_len, hidden)
+
+  def propose(self, state, ctx: DraftContext, key):
+    drafts, q, state, cache = self.base.propose(state, ctx, key)
+    looked, size = jax.vmap(lambda row, n: _ngram_match(row, n, self.n, ctx.k))(
+        ctx.tokens, ctx.n_tokens)  # [B, k], [B]
+    use = size >= self.min_match  # [B]
+    drafts = jnp.where(use[:, None], looked, drafts)
+    q = jnp.where(use[:, None, None], jax.nn.one_hot(looked, q.shape[-1], dtype=q.dtype), q)
+    return drafts, q, state, cache
+
+  def commit(self, state, n_tokens, hidden):
+    return self.base.commit(state, n_tokens, hidden)
+
+  def passes_per_round(self, k: int) -> int:
+    return self.base.passes_per_round(k)
+
+  def validate(self, target, k: int, tree, limit: int, used: int) -> None:
+    if tree is not None:
+      raise ValueError(f"The drafter {self.name!r} drafts chains only; use tree=None "
+                       "(or the draft alone for trees).")
+
+
 def _ngram_candidates(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int,
                       m: int) -> jax.Array:
   """row [S], n_tokens scalar -> [m, k]: the continuations of the m best earlier matches
@@ -413,6 +462,13 @@ def _ngram_candidates(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int,
 
 def _ngram_row(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int) -> jax.Array:
   """row [S], n_tokens scalar -> k proposed tokens."""
+  return _ngram_match(row, n_tokens, max_n, k)[0]
+
+
+def _ngram_match(row: jax.Array, n_tokens: jax.Array, max_n: int,
+                 k: int) -> tuple[jax.Array, jax.Array]:
+  """row [S], n_tokens scalar -> (k proposed tokens, the matched suffix's length, 0 for
+  none): the latest earlier match of the longest suffix of up to max_n tokens."""
   s = row.shape[0]
   starts = jnp.arange(s)  # candidate match starts j
   best_j = jnp.int32(-1)
@@ -430,4 +486,4 @@ def _ngram_row(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int) -> jax.A
   period = jnp.maximum(n_tokens - cont, 1)
   src = cont + jnp.arange(k) % period
   fallback = jnp.full((k,), row[jnp.maximum(n_tokens - 1, 0)])
-  return jnp.where(best_j >= 0, row[jnp.clip(src, 0, s - 1)], fallback).astype(jnp.int32)
+  return jnp.where(best_j >= 0, row[jnp.clip(src, 0, s - 1)], fallback).astype(jnp.int32), best_size

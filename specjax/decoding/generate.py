@@ -60,8 +60,9 @@ def prompt_bucket(n: int) -> int:
 DRAFT_SPEC_GRAMMAR = ("'ngram' or 'ngram:N' (prompt lookup of the last N..1 tokens, N >= 1, "
                       "default 3), 'early_exit:N' (the target's first N layers), "
                       "'medusa:<heads dir>', 'lookahead:W,N[,G]' (window, n-gram size, "
-                      "pooled candidates), or a model source (registry name, directory, "
-                      ".gguf path, hub id)")
+                      "pooled candidates), a model source (registry name, directory, "
+                      ".gguf path, hub id), or '<feature draft or early_exit:N>+ngram:N' "
+                      "(prompt lookup where the text repeats, the draft elsewhere)")
 
 
 def _spec_error(draft: str, problem: str) -> ValueError:
@@ -75,6 +76,8 @@ def resolve_drafter(draft: Any, target) -> Any:
     return NoDrafter()
   if hasattr(draft, "propose"):
     return draft
+  if isinstance(draft, str) and "+" in draft:
+    return _lookup_first(draft, target)
   if isinstance(draft, str):
     kind, colon, arg = draft.partition(":")
     if kind == "medusa" or (kind == draft and medusa_lib.is_medusa_source(draft)):
@@ -108,6 +111,22 @@ def resolve_drafter(draft: Any, target) -> Any:
         "tokenizer; pick a draft from the same model family, or use 'ngram:3'.")
   kind = drafters_lib.FeatureDrafter.of if is_feature_draft(draft.params) else drafters_lib.ModelDrafter
   return kind(params=draft.params, cfg=draft.cfg, name=getattr(draft, "name", "draft"))
+
+
+def _lookup_first(draft: str, target) -> Any:
+  """'<base>+ngram[:N]' -> `LookupFirstDrafter` (prompt lookup first, `base` elsewhere)."""
+  base_spec, _, lookup = draft.rpartition("+")
+  if not base_spec or not lookup.startswith("ngram"):
+    raise _spec_error(draft, "a combined drafter is '<draft>+ngram:N', the lookup last")
+  ngram = resolve_drafter(lookup, target)
+  if not isinstance(ngram, drafters_lib.NgramDrafter):
+    raise _spec_error(draft, f"{lookup!r} is not an n-gram lookup")
+  base = resolve_drafter(base_spec, target)
+  if type(base).__name__ not in drafters_lib.LookupFirstDrafter.BASES:
+    raise _spec_error(draft, f"the base {base_spec!r} is a {type(base).__name__}; prompt lookup "
+                      "combines with a feature draft or early_exit:N, whose state follows the "
+                      "verified tokens")
+  return drafters_lib.LookupFirstDrafter(base=base, n=ngram.n)
 
 
 def _encode_prompts(target, prompts, chat: bool) -> list:
@@ -225,6 +244,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   if auto_tree:
     if draft is None:
       raise ValueError("tree='auto' needs a drafter: pass draft= as well.")
+    if not hasattr(drafter, "propose_tree"):
+      raise ValueError(f"The drafter {getattr(drafter, 'name', type(drafter).__name__)!r} does "
+                       "not draft token trees; use tree=None.")
     from specjax.decoding.tree_auto import auto_tree as choose_tree
     tree = choose_tree(target, drafter, k, prompt_ids, sampling)
     k = tree.depth  # k is the deepest tree considered; the chosen one may be shallower
