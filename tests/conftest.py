@@ -17,8 +17,29 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 
 import pytest
+
+# One persistent compilation cache per test run, shared by the xdist workers (they
+# inherit it from the controller, which loads this file first) and the subprocesses the
+# tests start; set before any test module imports jax. Files compile many of the same
+# programs (tiny targets of the same shapes), and each file drops jax's in-memory
+# programs when it ends (`_fresh_jax_caches`). A JAX_COMPILATION_CACHE_DIR given from
+# outside is used as it is and kept.
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="specjax-tests-jax-cache-")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_sessionfinish(session):
+  """The process that made the run's compilation cache removes it."""
+  del session
+  if _OWN_CACHE:
+    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
 
 TINY_VOCAB = 300
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -23,6 +23,7 @@ import pytest
 import specjax
 from specjax.errors import LoadError
 from specjax.training import toy
+from tiny_models import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,6 +71,19 @@ def test_card_fails_loudly_for_a_draft_it_cannot_load():
   assert card.load_draft("ngrm:3", fallback="ngram:3") == ("ngrm:3", "ngrm:3", None)
 
 
+def test_card_loads_a_combined_draft_once():
+  """'<draft>+ngram:N': the base loaded (once) by the card, prompt lookup put in front;
+  a bad lookup part is one clear error."""
+  from specjax.bench import card
+  from specjax.decoding.drafters import EarlyExitDrafter, LookupFirstDrafter
+  target = tiny("llama", seed=0)
+  label, draft, warning = card.load_draft("early_exit:1+ngram:2", target=target)
+  assert (label, warning) == ("early_exit:1+ngram:2", None)
+  assert draft == LookupFirstDrafter(base=EarlyExitDrafter(n_layers=1), n=2)
+  with pytest.raises(ValueError, match="the lookup last"):
+    card.load_draft("early_exit:1+lookup", target=target)
+
+
 def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):
   """Only a registry draft missing from this install falls back, and the card says so."""
   from specjax.bench import card
@@ -83,6 +97,9 @@ def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):
   assert "tiny-missing-draft" in warning and "'ngram:3' instead" in warning
   with pytest.raises(LoadError, match="shipped draft is missing"):
     card.load_draft("tiny-missing-draft", fallback="")
+  # A combined draft whose base falls back measures the fallback alone, and says so.
+  label, draft, combined_warning = card.load_draft("tiny-missing-draft+ngram:3", fallback="ngram:3")
+  assert (label, draft) == ("ngram:3", "ngram:3") and "tiny-missing-draft" in combined_warning
   fields = {"prompt": "p", "output": "o", "target": "t", "draft": label, "k": 4,
             "temperature": 0.0, "new_tokens": 8, "target_passes": 5, "draft_passes": 16,
             "acceptance_rate": 0.5, "tokens_per_pass": 1.5, "closed_form_tokens_per_pass": 1.9,

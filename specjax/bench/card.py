@@ -10,6 +10,7 @@ import numpy as np
 from specjax.bench import costs
 from specjax.bench.timing import best_of
 from specjax.decoding import generate
+from specjax.decoding.generate import lookup_first
 from specjax.errors import LoadError
 from specjax.loading import load_model, registry
 
@@ -27,6 +28,12 @@ def load_draft(source: str, fallback: str = "", target=None,
   """
   if not source:
     return "none", None, None
+  base, plus, lookup = source.rpartition("+")
+  if plus:  # "<draft>+ngram:N": the base loaded once (mesh, dtype), the lookup put in front
+    label, draft, warning = load_draft(base, fallback, target, **load_kw)
+    if warning is not None:  # the base fell back: measure the fallback alone, as warned
+      return label, draft, warning
+    return source, lookup_first(draft, lookup, target, source), None
   if ":" in source and not os.path.exists(os.path.expanduser(source)):
     return source, source, None  # a spec: generate's resolve_drafter checks it before any work
   try:

@@ -30,7 +30,8 @@ def is_spec_string(draft: str) -> bool:
 def load_drafts(names, allow_hub: bool = False, target=None) -> tuple[dict, list]:
   """{label: drafter for generate} and [{"row", "note"}] for the ones skipped.
 
-  Spec strings pass through; model sources are loaded once. "asset:DIR" loads a shipped
+  Spec strings pass through; model sources are loaded once, also as the base of
+  "<draft>+ngram:N" (`LookupFirstDrafter`: a bad combination raises). "asset:DIR" loads a shipped
   draft asset with its reduced output head (`specjax.loading.asset.load_asset`, the
   embeddings taken from `target`), where the registry name of the same draft gives the
   full-vocabulary export. A source that is neither a registry name nor an existing
@@ -40,6 +41,15 @@ def load_drafts(names, allow_hub: bool = False, target=None) -> tuple[dict, list
   from specjax.loading import registry
   drafts, skipped = {}, []
   for name in names:
+    base, plus, lookup = name.rpartition("+")
+    if plus:  # "<draft>+ngram:N": the base loaded once, prompt lookup put in front
+      inner, skip = load_drafts([base], allow_hub, target)
+      if skip:
+        skipped.append({"row": name, "note": skip[0]["note"]})
+        continue
+      from specjax.decoding.generate import lookup_first
+      drafts[name] = lookup_first(next(iter(inner.values())), lookup, target, name)
+      continue
     if is_spec_string(name):
       drafts[name] = name
       continue

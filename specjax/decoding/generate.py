@@ -77,7 +77,8 @@ def resolve_drafter(draft: Any, target) -> Any:
   if hasattr(draft, "propose"):
     return draft
   if isinstance(draft, str) and "+" in draft:
-    return _lookup_first(draft, target)
+    base, _, lookup = draft.rpartition("+")
+    return lookup_first(base, lookup, target, draft)
   if isinstance(draft, str):
     kind, colon, arg = draft.partition(":")
     if kind == "medusa" or (kind == draft and medusa_lib.is_medusa_source(draft)):
@@ -113,19 +114,19 @@ def resolve_drafter(draft: Any, target) -> Any:
   return kind(params=draft.params, cfg=draft.cfg, name=getattr(draft, "name", "draft"))
 
 
-def _lookup_first(draft: str, target) -> Any:
-  """'<base>+ngram[:N]' -> `LookupFirstDrafter` (prompt lookup first, `base` elsewhere)."""
-  base_spec, _, lookup = draft.rpartition("+")
-  if not base_spec or not lookup.startswith("ngram"):
-    raise _spec_error(draft, "a combined drafter is '<draft>+ngram:N', the lookup last")
+def lookup_first(base: Any, lookup: str, target, spec: str = "") -> Any:
+  """`base` (a spec, loaded model or drafter) with prompt lookup `lookup` ("ngram[:N]")
+  first: `LookupFirstDrafter`. spec: the whole string, for errors."""
+  spec = spec or f"{base}+{lookup}"
+  if base is None or (isinstance(base, str) and not base) or not lookup.startswith("ngram"):
+    raise _spec_error(spec, "a combined drafter is '<draft>+ngram:N', the lookup last")
   ngram = resolve_drafter(lookup, target)
   if not isinstance(ngram, drafters_lib.NgramDrafter):
-    raise _spec_error(draft, f"{lookup!r} is not an n-gram lookup")
-  base = resolve_drafter(base_spec, target)
+    raise _spec_error(spec, f"{lookup!r} is not an n-gram lookup")
+  base = resolve_drafter(base, target)
   if type(base).__name__ not in drafters_lib.LookupFirstDrafter.BASES:
-    raise _spec_error(draft, f"the base {base_spec!r} is a {type(base).__name__}; prompt lookup "
-                      "combines with a feature draft or early_exit:N, whose state follows the "
-                      "verified tokens")
+    raise _spec_error(spec, f"the base is a {type(base).__name__}; prompt lookup combines with "
+                      "a feature draft or early_exit:N, whose state follows the verified tokens")
   return drafters_lib.LookupFirstDrafter(base=base, n=ngram.n)
 
 
