@@ -17,7 +17,6 @@ _spec.loader.exec_module(_base_module)
 SETTINGS = ";".join([
     "target=none",
     "feature draft k2=smollm2-135m-draft|2",
-    "feature draft k4=smollm2-135m-draft|4",
     "feature+lookup k2=smollm2-135m-draft+ngram:3|2",
     "feature+lookup k4=smollm2-135m-draft+ngram:3|4",
     "ngram=ngram:3|4",
