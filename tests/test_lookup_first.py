@@ -92,10 +92,9 @@ class LookupWithBaseQ(LookupFirstDrafter):
   """A wrong hybrid: drafts the lookup's tokens but reports the base's q for them."""
 
   def propose(self, state, ctx, key):
-    drafts, q, state, cache = self.base.propose(state, ctx, key)
-    looked, size = jax.vmap(lambda r, n: _ngram_match(r, n, self.n, ctx.k))(ctx.tokens,
-                                                                           ctx.n_tokens)
-    return jnp.where((size >= self.min_match)[:, None], looked, drafts), q, state, cache
+    _, base_q, _, _ = self.base.propose(state, ctx, key)  # the same proposal: same inputs
+    drafts, _, state, cache = super().propose(state, ctx, key)
+    return drafts, base_q, state, cache
 
 
 def _feature_drafter():

@@ -5,6 +5,12 @@ trainer), greedy, batch 1, 48 new tokens; chain and tree where the drafter build
     nice -n 10 python experiments/drafter_by_category/compare.py \
         --config=experiments/drafter_by_category/compare_config.py \
         --out=experiments/drafter_by_category/compare
+
+A preset after the path picks other settings on the same prompts (ml_collections passes it
+to get_config), e.g. `--config=experiments/drafter_by_category/compare_config.py:chains`:
+"chains" (every stepping drafter's chain, for the closed form; out compare_chains) or
+"lookup" (prompt lookup in front of the feature draft, '<draft>+ngram:3', beside the draft
+and the lookup alone; out compare_lookup).
 """
 import ml_collections
 
@@ -23,11 +29,32 @@ SETTINGS = ";".join([
     "lookahead=lookahead:4,4,4",
 ])
 
+PRESETS = {
+    "chains": ";".join([
+        "target=none",
+        "feature draft k2=smollm2-135m-draft|2",
+        "feature draft k4=smollm2-135m-draft|4",
+        "lm draft=smollm2-135m-draft-lm|4",
+        "early exit=early_exit:6|3",
+        "ngram=ngram:3|4",
+    ]),
+    "lookup": ";".join([
+        "target=none",
+        "feature draft k2=smollm2-135m-draft|2",
+        "feature+lookup k2=smollm2-135m-draft+ngram:3|2",
+        "feature+lookup k4=smollm2-135m-draft+ngram:3|4",
+        "ngram=ngram:3|4",
+    ]),
+}
 
-def get_config():
+
+def get_config(preset: str = ""):
+  if preset and preset not in PRESETS:
+    raise ValueError(f"Unknown compare preset {preset!r}: give one of {', '.join(PRESETS)} "
+                     "after the config path, or none for every drafter.")
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
-  c.settings = SETTINGS  # "label=draft|k|tree;..."; {medusa} is replaced by c.medusa
+  c.settings = PRESETS[preset] if preset else SETTINGS  # "label=draft|k|tree;..."; {medusa}: c.medusa
   c.medusa = "smollm2-135m-medusa"  # Medusa heads: a registry name or an asset directory
   c.prompts_source = "eval"
   c.categories = ""  # comma-separated; empty: all

@@ -21,20 +21,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import specjax  # noqa: E402
+from configs.speculate import DEFAULT_PROMPT  # noqa: E402
 from specjax.bench import prompts as prompts_lib  # noqa: E402
 from specjax.bench.common import write_report  # noqa: E402
 from specjax.decoding.drafters import LookupFirstDrafter  # noqa: E402
 from specjax.decoding.generate import resolve_drafter  # noqa: E402
-
-
-def _default_prompt() -> str:
-  import importlib.util
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
-                      "speculate.py")
-  spec = importlib.util.spec_from_file_location("speculate_config", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod.DEFAULT_PROMPT
 
 
 def measure(target, drafter, rows, k, max_new, temperature, reference=None) -> dict:
@@ -79,7 +70,7 @@ def main():
 
   ev = prompts_lib.select("eval", per_category=0)
   ref = alone(ev)
-  default = [{"text": _default_prompt(), "category": "default"}]
+  default = [{"text": DEFAULT_PROMPT, "category": "default"}]
   ref_default = alone(default)
   evaluation = {}
   for name, drafter in (("draft alone", base), (f"+ngram:{args.n}, min_match={chosen}",

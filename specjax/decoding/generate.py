@@ -120,9 +120,7 @@ def lookup_first(base: Any, lookup: str, target, spec: str = "") -> Any:
   spec = spec or f"{base}+{lookup}"
   if base is None or (isinstance(base, str) and not base) or not lookup.startswith("ngram"):
     raise _spec_error(spec, "a combined drafter is '<draft>+ngram:N', the lookup last")
-  ngram = resolve_drafter(lookup, target)
-  if not isinstance(ngram, drafters_lib.NgramDrafter):
-    raise _spec_error(spec, f"{lookup!r} is not an n-gram lookup")
+  ngram = resolve_drafter(lookup, target)  # an NgramDrafter, or the n-gram spec's error
   base = resolve_drafter(base, target)
   if type(base).__name__ not in drafters_lib.LookupFirstDrafter.BASES:
     raise _spec_error(spec, f"the base is a {type(base).__name__}; prompt lookup combines with "
