@@ -1,6 +1,6 @@
 """Few-row passes: the head's row-count forms agree, and the loop's rounds program is
-compiled with `pass_options` (its dots off YNNPACK on the CPU) while its output stays the
-target's own."""
+compiled with `pass_options` (its dots off YNNPACK on the CPU, its reductions on) while
+its output stays the target's own."""
 import importlib
 
 import jax
@@ -19,14 +19,14 @@ generate_lib = importlib.import_module("specjax.decoding.generate")
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_every_head_form_gives_the_plain_product(tie):
-  """Rows 1-2 (matrix-vector per row), 3..8 (GEMM on [D, V]), 9..64 (weight on the left, transposed
-  apart) and more (plain) give x @ W within float32 rounding, with and without the
-  inference layout, under both the default and the few-row compile options."""
+  """Rows 1 (matrix-vector), 2..64 (multiply-and-reduce) and more (plain) give x @ W within
+  float32 rounding, with and without the inference layout, under both the default and
+  the few-row compile options."""
   model = tiny(vocab=301, tie_embeddings=tie)
   cfg = model.cfg
   w = model.params["embed"].T if tie else model.params["lm_head"]["kernel"]  # [D, V]
   layouts = {"canonical": model.params, "inference": inference_layout(model.params, cfg)}
-  assert ("head_io" if tie else "head_t") in layouts["inference"]["inference"]
+  assert ("head_t" in layouts["inference"]["inference"]) == (not tie)
   rng = np.random.default_rng(0)
   for rows in (1, 2, 5, 8, 9, 33, 64, 65, 130):
     x = jnp.asarray(rng.standard_normal((1, rows, cfg.d_model)).astype(np.float32))
@@ -49,15 +49,20 @@ def test_few_row_options_by_rows_and_backend():
   assert pass_options.few_row_options(pass_options.MAX_ROWS + 1) == {}
 
 
-def _has_ynn(hlo: str) -> bool:
-  return "__ynn_fusion" in hlo
+def _ynn_dots(hlo: str) -> bool:
+  """Whether a compiled program sends a dot to a YNNPACK fusion."""
+  return any("__ynn_fusion" in line and "dot_general" in line for line in hlo.splitlines())
+
+
+def _ynn_reduces(hlo: str) -> bool:
+  return any("__ynn_fusion" in line and "reduce" in line for line in hlo.splitlines())
 
 
 def test_rounds_compiled_without_ynn_and_prefill_with_defaults():
   """The loop's two programs: the prefill keeps XLA's defaults (a 64-token prompt's
-  products go to YNNPACK), the rounds (2 x 5 rows) get the few-row options (none do);
-  a batch of 16 rows x 5 tokens (80 rows) keeps the defaults. The output stays the
-  target's greedy output in every case."""
+  products go to YNNPACK), the rounds (2 x 5 rows) get the few-row options (no dot
+  does; the head's reduction does); a batch of 16 rows x 5 tokens (80 rows) keeps the
+  defaults. The output stays the target's greedy output in every case."""
   if jax.default_backend() != "cpu" or not pass_options._supported():
     pytest.skip("the few-row options apply to a CPU XLA that knows them")
   target = tiny(vocab=97, layers=2)
@@ -72,5 +77,7 @@ def test_rounds_compiled_without_ynn_and_prefill_with_defaults():
     assert 0 < spec.stats.acceptance_rate < 1  # partial acceptance is exercised
     loops = [loop for loop, _ in generate_lib._COMPILED.values()]
     spec_loop = loops[0]
-    assert _has_ynn(spec_loop.prefill.as_text())
-    assert _has_ynn(spec_loop.rounds.as_text()) == (batch * 5 > pass_options.MAX_ROWS)
+    assert _ynn_dots(spec_loop.prefill.as_text())
+    rounds = spec_loop.rounds.as_text()
+    assert _ynn_dots(rounds) == (batch * 5 > pass_options.MAX_ROWS)
+    assert _ynn_reduces(rounds)

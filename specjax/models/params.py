@@ -20,12 +20,11 @@ derived layout under one more key, never read by training, export or sharding:
     "inference": {"layers": [ {"attn": {"qkv_t": [H*E + 2*K*E, D], "qkv_bias"?, "o_t": [D, H*E]},
                                "mlp": {"gate_up_t": [2F, D], "down_t": [D, F]} (Llama)
                                     | {"fc_t": [F, D], "proj_t": [D, F]} (GPT-2)} ] * L,
-                  "head_t": [V, D] (untied heads) | "head_io": [D, V] (tied heads)}
+                  "head_t": [V, D] (untied heads only; a tied head reads "embed")}
 
 the layer weights transposed to [out, in] and fused (q/k/v, gate/up), so that a decode
-step reads each weight as contiguous rows (`transformer.matmul_t`), and the head in the
-layout its embedding or kernel lacks, so that each row count takes its fastest product
-(`transformer.full_head`).
+step reads each weight as contiguous rows (`transformer.matmul_t`), and an untied head
+transposed to the [V, D] layout a tied one has in its embedding (`transformer.full_head`).
 `canonical(params)` drops it again.
 """
 from __future__ import annotations
@@ -113,8 +112,6 @@ def inference_layout(params: dict, cfg: ModelConfig) -> dict:
   extra = {"layers": layers}
   if not cfg.tie_embeddings and "lm_head" in params:
     extra["head_t"] = t(params["lm_head"]["kernel"])
-  elif cfg.tie_embeddings and "embed" in params:
-    extra["head_io"] = t(params["embed"])
   return {**params, "inference": extra}
 
 

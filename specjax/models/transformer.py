@@ -305,49 +305,36 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
                 mask=mask, collect=collect)
 
 
-# How a pass's rows reach the output head, by row count (measured on the 2-core CPU with
-# `pass_options`' few-row compile options, experiments/pass_cost/README.md, "YNNPACK off
-# for few rows"): up to _HEAD_ROW_BY_ROW_MAX_ROWS rows stream the [V, D] weight once per
-# row (matrix-vector products; the second costs less than the GEMM's extra); up to
-# _HEAD_GEMM_MAX_ROWS rows take XLA's GEMM on the [D, V] kernel; up to
-# _HEAD_WEIGHT_LHS_MAX_ROWS rows (tree passes) take the product with the [V, D] weight as
-# the left operand, [V, D] @ [D, R] -> [V, R], transposed apart (XLA would otherwise fold
-# the transpose into the dot, whose CPU kernels cost 2-7x more); more rows (prefills,
-# training) the plain product.
-_HEAD_ROW_BY_ROW_MAX_ROWS = 2
-_HEAD_GEMM_MAX_ROWS = 8
-_HEAD_WEIGHT_LHS_MAX_ROWS = 64
+# How a pass's rows reach the output head, by row count. One row: the matrix-vector
+# product on the [V, D] weight. 2.._HEAD_REDUCE_MAX_ROWS rows on the CPU: a
+# multiply-and-reduce over D, [V, 1, D] * [1, R, D] summed, which XLA hands to a YNNPACK
+# reduction (`pass_options` keeps reductions there) that reads the weight once for all
+# rows; measured 1.2-1.7x faster than the GEMM on a [D, V] copy, the weight as left
+# operand, or one matrix-vector product per row (experiments/pass_cost/README.md, "Head
+# as a reduction"). More rows (training) and other backends: the plain product.
+_HEAD_REDUCE_MAX_ROWS = 64
 
 
-def head_weight_lhs(x: jax.Array, w_t: jax.Array) -> jax.Array:
-  """x [..., D] times w_t [V, D] -> [..., V], as (w_t @ x^T)^T with the transpose kept apart."""
+def head_reduce(x: jax.Array, w_t: jax.Array) -> jax.Array:
+  """x [..., D] times w_t [V, D] -> [..., V] as a multiply-and-reduce over D."""
   rows = x.reshape(-1, x.shape[-1])  # [R, D]
-  y = jax.lax.optimization_barrier(w_t @ rows.T)  # [V, R]
+  y = jnp.sum(w_t[:, None, :] * rows[None], axis=-1)  # [V, R]
   return y.T.reshape(*x.shape[:-1], w_t.shape[0])
 
 
 def full_head(params: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
   """Normed hidden x [..., D] -> logits [..., V] over the whole vocabulary, in the form
   that is fastest for x's row count (see above)."""
-  inference = params.get("inference", {})
   if cfg.tie_embeddings:  # embed [V, D] is already the [out, in] layout
-    w_t, w = params["embed"], inference.get("head_io")  # [V, D], [D, V] (derived) or None
-  else:
-    w_t, w = inference.get("head_t"), params["lm_head"]["kernel"]
-  rows = _rows(x)
+    w_t = params["embed"]
+  else:  # [V, D] from the inference layout, or None
+    w_t = params.get("inference", {}).get("head_t")
   if w_t is None:  # an untied head without the inference layout
-    return x @ w
-  if rows == 1:
-    return matmul_t(x, w_t)
-  if rows <= _HEAD_ROW_BY_ROW_MAX_ROWS:
-    flat = x.reshape(rows, 1, x.shape[-1])  # [R, 1, D]: one matrix-vector product per row
-    y = jnp.concatenate([matmul_t(flat[r], w_t) for r in range(rows)], 0)  # [R, V]
-    return y.reshape(*x.shape[:-1], w_t.shape[0])
-  if w is not None and (rows <= _HEAD_GEMM_MAX_ROWS or rows > _HEAD_WEIGHT_LHS_MAX_ROWS):
-    return x @ w
-  if rows <= _HEAD_WEIGHT_LHS_MAX_ROWS:
-    return head_weight_lhs(x, w_t)
-  return matmul_t(x, w_t)  # many rows, no [D, V] copy (training a tied head)
+    return x @ params["lm_head"]["kernel"]
+  rows = _rows(x)
+  if 1 < rows <= _HEAD_REDUCE_MAX_ROWS and jax.default_backend() == "cpu":
+    return head_reduce(x, w_t)
+  return matmul_t(x, w_t)
 
 
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
