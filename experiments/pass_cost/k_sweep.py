@@ -2,7 +2,8 @@
 
     python experiments/pass_cost/k_sweep.py --out=experiments/pass_cost/k_sweep
 
-For each (drafter, prompt): the k that `generate(..., k="auto")` picks, then the target
+For each (drafter, prompt) (the shipped draft alone and the card's default, prompt lookup
+in front of it, on the card's prompt; n-gram lookup on an extraction prompt): the k that `generate(..., k="auto")` picks, then the target
 alone and every fixed k in 1..8 timed round-robin (`--repeats` rounds, fastest counts),
 64 greedy new tokens, batch 1. Reports each k's measured speedup over the target alone
 and the chosen k's speedup / the best fixed k's. Writes <out>.json and <out>.md.
@@ -16,6 +17,7 @@ from configs.speculate import DEFAULT_PROMPT  # noqa: E402
 from specjax.bench import prompts as prompts_lib  # noqa: E402
 from specjax.bench.common import write_report  # noqa: E402
 from specjax.decoding import generate  # noqa: E402
+from specjax.decoding.generate import lookup_first  # noqa: E402
 from specjax.loading import load_model  # noqa: E402
 
 
@@ -28,7 +30,10 @@ def main():
   target = load_model("smollm2-135m")
   draft = load_model("smollm2-135m-draft", target=target)
   extract = next(r["text"] for r in prompts_lib.select("repeat", 0) if r["id"] == "repeat-extract-0")
+  card_draft = lookup_first(draft, "ngram:3", target, "smollm2-135m-draft+ngram:3")
   cases = [("smollm2-135m-draft", draft, "card prompt", DEFAULT_PROMPT),
+           ("smollm2-135m-draft+ngram:3 (the card's default)", card_draft, "card prompt",
+            DEFAULT_PROMPT),
            ("ngram:3", "ngram:3", "repeat-extract-0", extract)]
   ks = list(range(1, 9))
   rows = []
