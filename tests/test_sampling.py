@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import pytest
 
-from specjax.sampling import SamplingParams, sample, warp
+from specjax.sampling import SamplingParams, argmax, sample, warp
 
 
 def numpy_warp(logits, temperature, top_k, top_p):
@@ -91,6 +91,23 @@ def test_greedy_tie_takes_the_lowest_id():
   logits = np.array([[0.0, 2.0, 1.0, 2.0], [3.0, 3.0, 3.0, 3.0]], np.float32)
   np.testing.assert_array_equal(np.asarray(warp(logits, SamplingParams(0.0))),
                                 [[0, 1, 0, 0], [1, 0, 0, 0]])
+
+
+def test_argmax_is_numpy_argmax():
+  """The max-and-masked-min argmax against numpy's: random rows, ties (the first wins),
+  rows of -inf, a NaN (numpy returns the first NaN), float32 and bfloat16 logits."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((3, 7, 1000)).astype(np.float32)
+  x[0, 1, [5, 900]] = 50.0  # a tie: the lower id
+  x[1, 2] = -np.inf
+  x[2, 3, [17, 400]] = np.nan  # the first NaN
+  x[2, 4, 3] = np.inf
+  want = np.argmax(x, -1)
+  got = np.asarray(jax.jit(argmax)(x))
+  np.testing.assert_array_equal(got, want)
+  assert got.dtype == np.int32
+  xb = jax.numpy.asarray(x).astype(jax.numpy.bfloat16)
+  np.testing.assert_array_equal(np.asarray(argmax(xb)), np.argmax(np.asarray(xb.astype(np.float32)), -1))
 
 
 def test_sampling_is_reproducible_and_follows_probs():

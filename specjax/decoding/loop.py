@@ -62,7 +62,7 @@ class LoopState:
 def greedy_verify(drafts: jax.Array, logits: jax.Array):
   """drafts [B, k], logits [B, k+1, V] -> (n_accepted [B], next [B]): what `verify_row`
   gives with greedy (one-hot) p, from the argmaxes alone."""
-  best = jnp.argmax(logits, -1).astype(jnp.int32)  # [B, k+1]
+  best = sampling_lib.argmax(logits)  # [B, k+1]
   n = jnp.sum(jnp.cumprod((drafts == best[:, :-1]).astype(jnp.int32), axis=1), axis=1)
   return n.astype(jnp.int32), jnp.take_along_axis(best, n[:, None], axis=1)[:, 0]
 
