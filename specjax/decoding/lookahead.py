@@ -165,7 +165,7 @@ class LookaheadDrafter:
     path_hidden = jnp.take_along_axis(hidden[:, :n1], path[:, :, None], axis=1)  # [B, M+1, D]
     drafts = jnp.take_along_axis(tree_tok, path[:, 1:], axis=1)  # [B, M]
 
-    new = jnp.argmax(logits[:, n1:], -1).astype(jnp.int32)  # [B, W] Jacobi step
+    new = sampling_lib.argmax(logits[:, n1:])  # [B, W] Jacobi step
     grams = jnp.concatenate([state.window, new[:, None]], 1)  # [B, N, W]: column j an n-gram
     pool, ptr = jax.vmap(functools.partial(_insert, g=g))(state.pool, state.ptr, grams)
     window = jnp.concatenate([state.window[:, 1:], new[:, None]], 1)
