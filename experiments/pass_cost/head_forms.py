@@ -26,10 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from specjax.bench.common import write_report  # noqa: E402
 from specjax.bench.pass_cost import interleaved  # noqa: E402
 from specjax.loading import load_model  # noqa: E402
-from specjax.models import transformer as tf  # noqa: E402
+from specjax.models import pass_options, transformer as tf  # noqa: E402
 
-_YNN = "xla_cpu_experimental_ynn_fusion_type"
-OPTIONS = {"ynn_off": {_YNN: ""}, "ynn_reduce": {_YNN: "LIBRARY_FUSION_TYPE_REDUCE"}, "defaults": {}}
+OPTIONS = {"ynn_off": {"xla_cpu_experimental_ynn_fusion_type": ""},  # the few-row options before
+           "ynn_reduce": pass_options.FEW_ROW_CPU, "defaults": {}}
 
 
 def _matvec(w_t, x):

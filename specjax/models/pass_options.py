@@ -10,7 +10,7 @@ YNNPACK kernels are faster, so the prefill is compiled apart with the defaults a
 programs whose passes have at most `MAX_ROWS` rows get `FEW_ROW_CPU`. Reductions stay
 in YNNPACK fusions: the vocabulary head of 2..64 rows is a multiply-and-reduce
 (`transformer.full_head`), which YNNPACK runs 1.2-1.7x faster than any dot form tried,
-and which XLA's own loops run 20x slower ("Head as a reduction" in that README).
+and which XLA's own loops run 10-100x slower ("Head as a reduction" in that README).
 
 Options are per compiled program (`jax.jit(..., compiler_options=)` or
 `lowered.compile(compiler_options=)`): nothing global, nothing for the user to set.
