@@ -5,8 +5,9 @@
 For each (drafter, prompt) (the shipped draft alone and the card's default, prompt lookup
 in front of it, on the card's prompt; n-gram lookup on an extraction prompt): the k that
 `generate(..., k="auto")` picks, then the target alone and every fixed k in 1..8 timed
-round-robin (`--repeats` rounds, fastest counts), 64 greedy new tokens, batch 1. Reports each k's measured speedup over the target alone
-and the chosen k's speedup / the best fixed k's. Writes <out>.json and <out>.md.
+round-robin (`--repeats` rounds, fastest counts), 64 greedy new tokens, batch 1. Reports
+each k's measured speedup over the target alone and the chosen k's speedup / the best
+fixed k's. Writes <out>.json and <out>.md.
 """
 import argparse
 import os
