@@ -9,9 +9,11 @@ setting compiles once) is decoded alone (batch 1, greedy) by the target and then
 every setting, one category after the other, so each speedup is a ratio of two runs made
 side by side in this process. Pass costs: c(T) / c(1), one target pass over T tokens
 (the setting's verify width: k + 1 for a chain, N + 1 for a tree, 1 + (G + W)(N - 1)
-for lookahead) against a 1-token step, timed on a cache holding one prompt; and the
-measured time of a whole round (drafting included) / c(1). Writes results.jsonl (one
-record per setting and category), meta.json (pass costs, skipped settings), table.md and
+for lookahead) against a 1-token step, and one `propose` of a chain's k drafts, timed on a
+cache holding one prompt, before and after each prompt's runs (the mean of the two: this
+machine drifts within minutes); and the measured time of a whole round / c(1), and what is
+left of it beyond the pass and the proposal. Writes results.jsonl (one
+record per setting and category), meta.json (skipped settings), table.md and
 by_category.png into --out; --append adds settings to an earlier run's records (e.g.
 drafters trained later), each still measured against the target alone of its own run.
 """
@@ -60,28 +62,49 @@ def pass_width(drafter, k: int, tree) -> int:
   return k + 1 if tree is None else tree.slots
 
 
-def pass_costs(target, widths, context_len: int, max_len: int) -> dict:
-  """{T: seconds of one target pass over T tokens} on a cache holding context_len tokens,
-  each pass compiled with the options the loop gives a program of its rows."""
-  from specjax.bench.costs import target_costs
-  r = target_costs(target, context_len, max_len, [t - 1 for t in set(widths) if t > 1], n=3)
-  return {1: r["step"], **{k + 1: v for k, v in r["verify"].items()}}
+class CostTimer:
+  """The costs the closed form needs, timed again beside every prompt's runs so that the
+  machine's drift (up to 3x between hours here, and within minutes) hits the runs and
+  their costs alike: one target pass over each width T, and one `propose` of k drafts of
+  every chain setting (None where a drafter has no propose, as lookahead), all compiled
+  once on a cache holding `context_len` random tokens."""
+
+  def __init__(self, target, widths, drafts: dict, context_len: int, max_len: int):
+    import numpy as np
+    from specjax.bench import costs
+    self._time = costs.time_call
+    max_len = -(-max_len // 128) * 128
+    self.passes = costs.pass_calls(target, context_len, max_len, widths)
+    context = np.random.default_rng(0).integers(
+        0, target.cfg.vocab_size, size=context_len).astype(np.int32)
+    self.proposes = {}
+    for label, (drafter, k) in drafts.items():
+      try:
+        self.proposes[label] = costs.draft_call(target, drafter, k, context, max_len)
+      except Exception:  # noqa: BLE001 - drafters that own their pass have no propose
+        self.proposes[label] = None
+
+  def measure(self, n: int = 3, repeats: int = 2) -> dict:
+    """{"pass": {T: s}, "propose": {label: s or None}}; compiles on the first call."""
+    return {"pass": {t: self._time(*c, n, repeats) for t, c in self.passes.items()},
+            "propose": {l: None if c is None else self._time(*c, n, repeats)
+                        for l, c in self.proposes.items()}}
 
 
-def draft_step_cost(target, drafter, context_len: int, max_len: int):
-  """Seconds of one draft step (k="auto"'s cached measurement), None where not measurable."""
-  from specjax.decoding import auto_k
-  try:
-    return auto_k.draft_step_cost(target, drafter, context_len, -(-max_len // 128) * 128, 0.0)
-  except Exception:  # noqa: BLE001 - drafters that own their pass (lookahead) have no step
+def mean_costs(a: dict, b: dict) -> dict:
+  """The mean of two `CostTimer.measure` results (before and after a prompt's runs)."""
+  avg = lambda x, y: None if x is None or y is None else (x + y) / 2
+  return {"pass": {t: avg(v, b["pass"][t]) for t, v in a["pass"].items()},
+          "propose": {l: avg(v, b["propose"][l]) for l, v in a["propose"].items()}}
+
+
+def closed_form(tokens_per_pass, pass_cost, draft_cost):
+  """The speedup a chain round should give: tokens_per_pass x c(1) / (c(k+1) + k c_draft),
+  costs in units of c(1), with k c_draft the measured cost of one propose of k drafts (a
+  feature draft's propose is a catch-up pass plus k - 1 steps, not k equal steps)."""
+  if draft_cost is None:
     return None
-
-
-def closed_form(tokens_per_pass, pass_cost, k: int, c_draft, c1: float):
-  """The speedup a chain round should give: tokens_per_pass x c(1) / (c(k+1) + k c_draft)."""
-  if c_draft is None:
-    return None
-  return tokens_per_pass / (pass_cost + k * c_draft / c1)
+  return tokens_per_pass / (pass_cost + draft_cost)
 
 
 def main(argv):
@@ -115,9 +138,10 @@ def main(argv):
     settings.append((label, draft, kk, spec))
   widths = [1] + [pass_width(drafters[l], k, t) for l, d, k, t in settings if d]
   longest = max(len(ids) for _, ids in rows)
-  costs = pass_costs(target, widths, longest, -(-(2 * longest + c.max_new_tokens + max(widths)) // 128) * 128)
-  c_draft = {l: draft_step_cost(target, drafters[l], longest, 2 * longest + c.max_new_tokens
-                                + max(widths)) for l, d, k, t in settings if d and t is None}
+  timer = CostTimer(target, widths, {l: (drafters[l], k) for l, d, k, t in settings
+                                     if d and t is None},
+                    longest, 2 * longest + c.max_new_tokens + max(widths))
+  timer.measure()  # compile
   path = os.path.join(out_dir, "results.jsonl")
   records = []
   if FLAGS.append and os.path.exists(path):
@@ -128,25 +152,33 @@ def main(argv):
     for r in records:
       f.write(json.dumps(r) + "\n")
     for row, ids in rows:
-      base = None
+      base, before = None, timer.measure()
+      runs = []
       for label, draft, k, spec in settings:
         res = specjax.generate(target, [ids], c.max_new_tokens, draft=drafters[label] if draft else None,
                                k=max(k, 1), tree=spec)
+        runs.append((label, draft, k, spec, res))
+      cost = mean_costs(before, timer.measure())  # timed around this prompt's runs
+      c1 = cost["pass"][1]
+      for label, draft, k, spec, res in runs:
         st = res.stats
         if draft is None:
           base = res
         width = pass_width(drafters[label], k, spec) if draft else 1
         rounds = int(st.rounds.sum())
+        propose = cost["propose"].get(label)
         rec = {"setting": label, "drafter": draft or "none", "k": k,
                "tree": None if spec is None else str(spec), "category": row["category"],
                "id": row["id"], "prompt_tokens": len(ids), "new_tokens": int(st.new_tokens.sum()),
                "alpha": None if draft is None else st.acceptance_rate,
                "tokens_per_pass": st.tokens_per_pass, "pass_tokens": width,
-               "pass_cost": costs[width] / costs[1],
-               "round_cost": (st.wall_time_s / max(rounds, 1)) / costs[1],
+               "c1_s": c1, "pass_cost": cost["pass"][width] / c1,
+               "draft_cost": None if propose is None else propose / c1,
+               "round_cost": (st.wall_time_s / max(rounds, 1)) / c1,
                "wall_s": st.wall_time_s, "speedup": base.stats.wall_time_s / st.wall_time_s,
-               "closed_form": closed_form(st.tokens_per_pass, costs[width] / costs[1], k,
-                                          c_draft.get(label), costs[1]) if draft else None,
+               "closed_form": closed_form(st.tokens_per_pass, cost["pass"][width] / c1,
+                                          None if propose is None else propose / c1)
+                              if draft else None,
                "identical": res.tokens == base.tokens}
         records.append(rec)
         f.write(json.dumps(rec) + "\n")
@@ -159,7 +191,6 @@ def main(argv):
     with open(meta_path) as f:
       meta = json.load(f)
   meta["runs"].append({"config": json.loads(c.to_json()), "skipped": skipped,
-                       "pass_costs_s": {str(k): v for k, v in costs.items()},
                        "prompts": [r["id"] for r, _ in rows], "finished": time.strftime("%H:%M:%S")})
   with open(meta_path, "w") as f:
     json.dump(meta, f, indent=2)
@@ -179,15 +210,20 @@ def _f(x, spec="{:.2f}"):
 def write_table(records, out_dir):
   labels = list(dict.fromkeys(r["setting"] for r in records))
   cats = list(dict.fromkeys(r["category"] for r in records))
-  lines = ["| setting | k | tree | pass T | c(T)/c(1) | round/c(1) | alpha | tokens/pass | "
-           "speedup | closed form | speedup / closed form |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  lines = ["| setting | k | tree | pass T | c(T)/c(1) | draft/c(1) | round/c(1) | rest/c(1) | "
+           "alpha | tokens/pass | speedup | closed form | speedup / closed form |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for l in labels:
     rs = [r for r in records if r["setting"] == l]
     r0 = rs[0]
     tree = (r0["tree"] or "-").replace("static tree of ", "").split(", topk")[0]
+    pass_cost = _mean([r["pass_cost"] for r in rs])
+    draft = _mean([r.get("draft_cost") for r in rs])
+    rest = (None if draft is None and r0["k"] else
+            _mean([r["round_cost"] for r in rs]) - pass_cost - (draft or 0.0))
     lines.append(f"| {l} | {r0['k']} | {tree} | {r0['pass_tokens']} | "
-                 f"{_f(r0['pass_cost'])} | {_f(_mean([r['round_cost'] for r in rs]))} | "
+                 f"{_f(pass_cost)} | {_f(draft)} | {_f(_mean([r['round_cost'] for r in rs]))} | "
+                 f"{_f(rest)} | "
                  f"{_f(_mean([r['alpha'] for r in rs]))} | "
                  f"{_f(_mean([r['tokens_per_pass'] for r in rs]))} | "
                  f"{_f(_mean([r['speedup'] for r in rs]))} | "

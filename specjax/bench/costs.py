@@ -66,21 +66,25 @@ def _filled_cache(target, context: np.ndarray, max_len: int, with_hidden: bool =
   return (cache, feats) if with_hidden else cache
 
 
-def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
-                 repeats: int = 3, seed: int = 0) -> dict:
-  """{"step": c_step, "verify": {k: c_verify(k)}} in seconds per call."""
+def pass_calls(target, context_len: int, max_len: int, widths, seed: int = 0) -> dict:
+  """{T: (jitted pass, its args)}: one target pass over T tokens on a cache holding
+  `context_len` random tokens, each compiled with the options the loop gives a program of
+  its rows (`pass_options`). Keep the calls to time them again without recompiling."""
   rng = np.random.default_rng(seed)
   context = rng.integers(0, target.cfg.vocab_size, size=context_len).astype(np.int32)
   cache = _filled_cache(target, context, max_len)
-  # Each pass compiled as the loop compiles a program of its rows (`pass_options`).
   fwd = lambda rows: pass_options.jit(lambda p, t, c: forward(p, target.cfg, t, c)[0], rows)
-  out = {"step": time_call(fwd(1), (target.params, jnp.zeros((1, 1), jnp.int32), cache), n,
-                           repeats),
-         "verify": {}}
-  for k in sorted(set(int(x) for x in ks)):
-    toks = jnp.zeros((1, k + 1), jnp.int32)
-    out["verify"][k] = time_call(fwd(k + 1), (target.params, toks, cache), n, repeats)
-  return out
+  return {t: (fwd(t), (target.params, jnp.zeros((1, t), jnp.int32), cache))
+          for t in sorted(set(int(x) for x in widths))}
+
+
+def target_costs(target, context_len: int, max_len: int, ks, n: int = 5,
+                 repeats: int = 3, seed: int = 0) -> dict:
+  """{"step": c_step, "verify": {k: c_verify(k)}} in seconds per call."""
+  ks = sorted(set(int(x) for x in ks))
+  calls = pass_calls(target, context_len, max_len, [1] + [k + 1 for k in ks], seed)
+  return {"step": time_call(*calls[1], n, repeats),
+          "verify": {k: time_call(*calls[k + 1], n, repeats) for k in ks}}
 
 
 def draft_call(target, drafter, k: int, context: np.ndarray, max_len: int,
