@@ -93,6 +93,21 @@ def test_negative_controls_fail(kind):
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"
 
 
+def test_subclass_gets_its_own_compiled_loop():
+  """A drafter subclass with its parent's fields (WrongQ) flattens to a treedef that
+  compares equal to the parent's; the compile cache must still tell them apart, or the
+  negative control above would sometimes run the parent's (exact) program: it did, in a
+  test run of 2026-12-03, when the two hashes met in the cache's table."""
+  from specjax.decoding.generate import signature
+  d = heads_for(TARGET)
+  w = WrongQ(params=d.params, kernel=d.kernel, cfg=d.cfg)
+  assert jax.tree.flatten(d)[1] == jax.tree.flatten(w)[1]  # why the classes are keyed apart
+  statics = dict(k=2)
+  assert signature((TARGET.params, d), statics) != signature((TARGET.params, w), statics)
+  assert signature((TARGET.params, d), statics) == signature((TARGET.params, heads_for(TARGET)),
+                                                             statics)
+
+
 # ---------------------------------------------------------------------- training
 
 

@@ -163,12 +163,28 @@ class CompiledLoop:
     return self.rounds(decoder, drafter, state, lens, max_new)
 
 
-def _compiled_run(args: tuple, statics: dict, rows: int):
-  """AOT-compiles the loop once per (shapes, settings) so that run time excludes compile
-  time. rows: of one round's target pass (batch x (k + 1) or tree slots)."""
+def _node_types(treedef) -> tuple:
+  """The classes of a treedef's nodes, nested as the tree is."""
+  data = treedef.node_data()
+  return (None if data is None else data[0],) + tuple(_node_types(c) for c in treedef.children())
+
+
+def signature(args: tuple, statics: dict) -> tuple:
+  """What a compiled loop is reused for: the args' tree with its node classes, the leaves'
+  shapes, dtypes and shardings, and the static settings. The classes are listed on their
+  own because two flax dataclasses with the same fields compare equal as treedefs (a
+  drafter subclass that overrides `propose` would otherwise be served its parent's program
+  whenever the two hashes met in the cache's table)."""
   leaves, treedef = jax.tree.flatten(args)
-  sig = (treedef, tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
-         tuple(sorted(statics.items())))  # rows follow from these
+  return (treedef, _node_types(treedef),
+          tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
+          tuple(sorted(statics.items())))  # rows follow from these
+
+
+def _compiled_run(args: tuple, statics: dict, rows: int):
+  """AOT-compiles the loop once per `signature` so that run time excludes compile
+  time. rows: of one round's target pass (batch x (k + 1) or tree slots)."""
+  sig = signature(args, statics)
   if sig not in _COMPILED:
     start = time.perf_counter()
     pre = prefill.lower(*args, **{n: v for n, v in statics.items() if n != "verifier"}).compile()
