@@ -167,18 +167,18 @@ def main(argv):
         width = pass_width(drafters[label], k, spec) if draft else 1
         rounds = int(st.rounds.sum())
         propose = cost["propose"].get(label)
+        draft_cost = None if propose is None else propose / c1
         rec = {"setting": label, "drafter": draft or "none", "k": k,
                "tree": None if spec is None else str(spec), "category": row["category"],
                "id": row["id"], "prompt_tokens": len(ids), "new_tokens": int(st.new_tokens.sum()),
                "alpha": None if draft is None else st.acceptance_rate,
                "tokens_per_pass": st.tokens_per_pass, "pass_tokens": width,
                "c1_s": c1, "pass_cost": cost["pass"][width] / c1,
-               "draft_cost": None if propose is None else propose / c1,
+               "draft_cost": draft_cost,
                "round_cost": (st.wall_time_s / max(rounds, 1)) / c1,
                "wall_s": st.wall_time_s, "speedup": base.stats.wall_time_s / st.wall_time_s,
                "closed_form": closed_form(st.tokens_per_pass, cost["pass"][width] / c1,
-                                          None if propose is None else propose / c1)
-                              if draft else None,
+                                          draft_cost) if draft else None,
                "identical": res.tokens == base.tokens}
         records.append(rec)
         f.write(json.dumps(rec) + "\n")
@@ -219,10 +219,10 @@ def write_table(records, out_dir):
     tree = (r0["tree"] or "-").replace("static tree of ", "").split(", topk")[0]
     pass_cost = _mean([r["pass_cost"] for r in rs])
     draft = _mean([r.get("draft_cost") for r in rs])
-    rest = (None if draft is None and r0["k"] else
-            _mean([r["round_cost"] for r in rs]) - pass_cost - (draft or 0.0))
+    round_cost = _mean([r["round_cost"] for r in rs])
+    rest = None if draft is None and r0["k"] else round_cost - pass_cost - (draft or 0.0)
     lines.append(f"| {l} | {r0['k']} | {tree} | {r0['pass_tokens']} | "
-                 f"{_f(pass_cost)} | {_f(draft)} | {_f(_mean([r['round_cost'] for r in rs]))} | "
+                 f"{_f(pass_cost)} | {_f(draft)} | {_f(round_cost)} | "
                  f"{_f(rest)} | "
                  f"{_f(_mean([r['alpha'] for r in rs]))} | "
                  f"{_f(_mean([r['tokens_per_pass'] for r in rs]))} | "
