@@ -98,9 +98,16 @@ def test_tree_pass_matches_forward_along_each_branch():
 CASES = [("perturbed", "static:3,2,1", 3), ("perturbed", "dynamic:10:3", 3),
          ("perturbed", "static:2,2,2,2:sample", 4), ("feature", "static:3,2,1", 3),
          ("feature", "dynamic:6", 2), ("early_exit:1", "static:2,2,1", 3),
-         ("early_exit:2", "dynamic:12", 4), ("ngram:2", "static:3,1,1", 3)]
+         ("early_exit:2", "dynamic:12", 4), ("ngram:2", "static:3,1,1", 3),
+         ("feature+lookup", "dynamic:6", 3), ("feature+lookup", "static:2,2,1", 3)]
 PROMPTS = random_prompts(5, TARGET.cfg.vocab_size, lo=1, hi=14, seed=3)  # ragged rows
 PROMPTS[1] = PROMPTS[1] * 3  # a repetitive row, so n-gram matches get accepted too
+
+
+def _feature_and_lookup():
+  from specjax.decoding.drafters import LookupFirstDrafter
+  from specjax.decoding.generate import resolve_drafter
+  return LookupFirstDrafter(base=resolve_drafter(FEATURE, TARGET), n=3)
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,11 +119,16 @@ def _target_alone():
 def test_tree_greedy_equals_target(draft, tree, k):
   prompts = PROMPTS
   base = _target_alone()
-  drafter = {"perturbed": PERTURBED, "feature": FEATURE}.get(draft, draft)
+  drafter = {"perturbed": PERTURBED, "feature": FEATURE,
+             "feature+lookup": _feature_and_lookup()}.get(draft, draft)
   out = specjax.generate(TARGET, prompts, 20, draft=drafter, k=k, tree=tree)
   assert out.tokens == base.tokens
   assert out.stats.new_tokens.tolist() == [20] * 5
   assert (out.stats.target_passes <= base.stats.target_passes).all()
+  if draft == "feature+lookup":  # the repetitive row's lookup chain is accepted too
+    alone = specjax.generate(TARGET, prompts, 20, draft=FEATURE, k=k, tree=tree)
+    assert out.stats.tokens_per_pass > alone.stats.tokens_per_pass
+    assert out.stats.nodes_per_round == alone.stats.nodes_per_round + k
   if draft == "perturbed":  # a draft that agrees often: the tree gains over the chain
     chain = specjax.generate(TARGET, prompts, 20, draft=drafter, k=k)
     assert out.stats.tokens_per_pass > chain.stats.tokens_per_pass
@@ -187,3 +199,48 @@ def test_masked_tree_equals_chain():
   assert tree.tokens == chain.tokens
   for name in ("target_passes", "rounds", "checked", "accepted"):
     np.testing.assert_array_equal(getattr(tree.stats, name), getattr(chain.stats, name))
+
+
+def test_lookup_chain_layouts():
+  """`with_chain` adds the chain under the root, first or after the tree per row: either
+  way a tree whose parents come first, with the same root-to-node token paths."""
+  t = TreeSpec.static((2, 1))
+  b, v = 2, 16
+  tokens = jnp.array([[9, 1, 2, 3, 4], [9, 5, 6, 7, 8]], jnp.int32)
+  parents = jnp.broadcast_to(jnp.asarray(t.parents), (b, 5))
+  draft = tree_lib.TreeDraft(tokens=tokens, parents=parents,
+                             depths=jnp.broadcast_to(jnp.asarray(t.depths), (b, 5)),
+                             q=jax.nn.one_hot(tokens, v).at[:, 0].set(0.0))
+  chain = jnp.array([[1, 10, 11], [12, 13, 14]], jnp.int32)
+  out = tree_lib.with_chain(draft, chain, jnp.array([True, False]))
+  assert out.tokens.shape == (2, 8) and out.q.shape == (2, 8, v)
+
+  def paths(row):
+    par, tok, dep = (np.asarray(x[row]) for x in (out.parents, out.tokens, out.depths))
+    got = set()
+    for i in range(1, 8):
+      assert par[i] < i and dep[i] == dep[par[i]] + 1
+      np.testing.assert_array_equal(out.q[row, i], jax.nn.one_hot(tok[i], v))
+      j, seq = i, []
+      while j:
+        seq.append(int(tok[j]))
+        j = par[j]
+      got.add(tuple(seq[::-1]))
+    return got
+
+  for row, first in ((0, True), (1, False)):
+    want = {(1,), (2,), (1, 3), (2, 4)} if row == 0 else {(5,), (6,), (5, 7), (6, 8)}
+    c = [int(x) for x in chain[row]]
+    assert paths(row) == want | {tuple(c[:n]) for n in (1, 2, 3)}
+    assert (out.tokens[row, 1:4].tolist() == c) == first  # the chain right after the root
+  # Greedy: row 0's target follows "1 10 11"; the chain (first) is tried before the draft's
+  # own "1" child, so the whole chain is accepted. p[j]: the target after node j.
+  p = jax.nn.one_hot(jnp.array([1, 10, 11, 12, 0, 0, 0, 0]), v)
+  path, n, nxt = tree_lib.verify_tree_row(out.tokens[0], out.parents[0], out.q[0], p,
+                                          jax.random.PRNGKey(0), 3)
+  assert int(n) == 3 and path.tolist() == [0, 1, 2, 3] and int(nxt) == 12
+
+
+def test_lookup_tree_errors():
+  with pytest.raises(ValueError, match="sizes the trees of one draft"):
+    specjax.generate(TARGET, PROMPTS[:1], 4, draft=_feature_and_lookup(), k=2, tree="auto")

@@ -84,3 +84,39 @@ def test_negative_controls_fail(rule, children):
   counts = sampled_joint(sampling, TreeSpec.static((3, 2), children), verifier=WRONG[rule])
   fails, stat, df = chi_square_fails(counts, probs)
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"
+
+
+def _lookup_beside(min_match: int):
+  """A feature draft's tree with a prompt-lookup chain under the root (`LookupFirstDrafter`);
+  min_match 0 puts the chain first in every row, 2 after the tree (PROMPT never repeats)."""
+  from specjax.decoding.drafters import LookupFirstDrafter
+  from specjax.decoding.generate import resolve_drafter
+  from specjax.training.draft import build_feature_draft
+  cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
+                                    key=jax.random.PRNGKey(4), init_std=0.5)
+  base = resolve_drafter(dataclasses.replace(DRAFT, cfg=cfg, params=params), TARGET)
+  return LookupFirstDrafter(base=base, n=3, min_match=min_match)
+
+
+@pytest.mark.parametrize("min_match,tree", [(0, TreeSpec.static((2, 2))),
+                                            (2, TreeSpec.dynamic(4, 2, beam=2))])
+def test_lookup_chain_beside_the_tree_is_exact(min_match, tree):
+  """The lookup chain's one-hot tokens often repeat a draft child's (a 5-token vocabulary):
+  the residual update must remove the first copy's mass before the second is tried."""
+  sampling = SamplingParams(1.0)
+  probs = exact_joint(sampling, 3)
+  counts = sampled_joint(sampling, tree, draft=_lookup_beside(min_match))
+  fails, stat, df = chi_square_fails(counts, probs)
+  assert not fails, f"chi2={stat:.1f} with df={df}"
+  fails, tv = tv_fails(counts, probs)
+  assert not fails, f"TV={tv:.4f}"
+
+
+def test_lookup_chain_negative_control_fails():
+  """Siblings tried against p, not the residual (the lookup chain's first token among the
+  root's children): the law is wrong and the test must see it."""
+  sampling = SamplingParams(1.0)
+  counts = sampled_joint(sampling, TreeSpec.static((2, 2)), draft=_lookup_beside(0),
+                         verifier=WRONG["no_residual_update"])
+  fails, stat, df = chi_square_fails(counts, exact_joint(sampling, 3))
+  assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"

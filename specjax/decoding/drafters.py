@@ -18,6 +18,7 @@ holds all but the last of them.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Protocol, runtime_checkable
 
 import flax.struct
@@ -419,16 +420,24 @@ class LookupFirstDrafter:
     q = jnp.where(use[:, None, None], jax.nn.one_hot(looked, q.shape[-1], dtype=q.dtype), q)
     return drafts, q, state, cache
 
+  def propose_tree(self, state, ctx: DraftContext, tree, key):
+    """`base`'s tree plus the lookup's continuation as a chain under the root, tried
+    first where the match is at least `min_match` tokens long (`tree_lib.with_chain`)."""
+    draft, state, cache = self.base.propose_tree(
+        state, ctx, dataclasses.replace(tree, lookup=0), key)
+    looked, size = jax.vmap(lambda row, n: _ngram_match(row, n, self.n, tree.lookup))(
+        ctx.tokens, ctx.n_tokens)  # [B, L], [B]
+    return tree_lib.with_chain(draft, looked, size >= self.min_match), state, cache
+
+  def tree_spec(self, tree):
+    """The tree a round verifies: the user's, plus a lookup chain as deep as the tree."""
+    return dataclasses.replace(tree, lookup=tree.depth)
+
   def commit(self, state, n_tokens, hidden):
     return self.base.commit(state, n_tokens, hidden)
 
   def passes_per_round(self, k: int) -> int:
     return self.base.passes_per_round(k)
-
-  def validate(self, target, k: int, tree, limit: int, used: int) -> None:
-    if tree is not None:
-      raise ValueError(f"The drafter {self.name!r} drafts chains only; use tree=None "
-                       "(or the draft alone for trees).")
 
 
 def _ngram_candidates(row: jax.Array, n_tokens: jax.Array, max_n: int, k: int,

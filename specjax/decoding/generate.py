@@ -262,11 +262,16 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     if not hasattr(drafter, "propose_tree"):
       raise ValueError(f"The drafter {getattr(drafter, 'name', type(drafter).__name__)!r} does "
                        "not draft token trees; use tree=None.")
+    if hasattr(drafter, "tree_spec"):
+      raise ValueError(f"tree='auto' sizes the trees of one draft; with {drafter.name!r} give "
+                       "a tree (e.g. tree='dynamic:32'), or use tree='auto' with the draft alone.")
     from specjax.decoding.tree_auto import auto_tree as choose_tree
     tree = choose_tree(target, drafter, k, prompt_ids, sampling)
     k = tree.depth  # k is the deepest tree considered; the chosen one may be shallower
     if tree.n_nodes == k:  # one branch: run it as the chain (the same tokens and counts)
       tree = None
+  if tree is not None and hasattr(drafter, "tree_spec"):  # e.g. a lookup chain beside the tree
+    tree = drafter.tree_spec(tree)
 
   longest = max(len(p) for p in prompt_ids)
   width = k if tree is None else tree.slots - 1  # draft slots one round writes
@@ -327,7 +332,7 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
                     checked=host(state.checked), accepted=host(state.accepted),
                     wall_time_s=wall, compile_time_s=compile_s,
                     path_lengths=host(state.path_lengths), rank_hits=host(state.rank_hits),
-                    nodes_per_round=k if tree is None else tree.n_nodes,
+                    nodes_per_round=k if tree is None else tree.verified_nodes,
                     tree=None if tree is None else str(tree))
   texts = None
   if getattr(target, "tokenizer", None) is not None:

@@ -49,6 +49,8 @@ class TreeSpec:
   n_nodes: N draft nodes; depth: k (draft steps); beam: nodes expanded per depth
   (dynamic trees). children: "topk" (deterministic, q one-hot) or "sample" (i.i.d.
   draws from the draft's q; greedy decoding always uses top-k).
+  lookup: L extra nodes, a prompt-lookup chain under the root beside the draft's tree
+  (`with_chain`; set by `LookupFirstDrafter`, 0 otherwise).
   """
   kind: str
   n_nodes: int
@@ -57,6 +59,7 @@ class TreeSpec:
   depths: tuple = ()
   beam: int = 0
   children: str = "topk"
+  lookup: int = 0
 
   def __post_init__(self):
     if self.children not in CHILDREN:
@@ -109,15 +112,21 @@ class TreeSpec:
     """Cache slots one round writes after a row's length: the N + 1 verified nodes, or
     (dynamic trees) the drafting layout's root and beams if that is larger."""
     if self.kind == "dynamic":
-      return max(self.n_nodes + 1, 1 + (self.depth - 1) * self.beam)
-    return self.n_nodes + 1
+      return max(self.n_nodes + 1, 1 + (self.depth - 1) * self.beam) + self.lookup
+    return self.n_nodes + 1 + self.lookup
+
+  @property
+  def verified_nodes(self) -> int:
+    """Draft nodes the target scores per round: the tree's and the lookup chain's."""
+    return self.n_nodes + self.lookup
 
   @property
   def max_children(self) -> int:
     """The most children of one node (ranks 0 .. max_children - 1)."""
+    extra = 1 if self.lookup else 0  # the lookup chain is one more child of the root
     if self.kind == "dynamic":
-      return self.beam
-    return max(self.parents[1:].count(a) for a in set(self.parents[1:]))
+      return self.beam + extra
+    return max(self.parents[1:].count(a) for a in set(self.parents[1:])) + extra
 
   # Static trees: per-depth layout for drafting.
   def level(self, d: int):
@@ -145,10 +154,12 @@ class TreeSpec:
     return np.array(ids)
 
   def __str__(self) -> str:
+    chain = f" + a lookup chain of {self.lookup}" if self.lookup else ""
     if self.kind == "dynamic":
-      return f"dynamic:{self.n_nodes} (depth {self.depth}, beam {self.beam})"
+      return f"dynamic:{self.n_nodes} (depth {self.depth}, beam {self.beam}){chain}"
     widths = [self.depths.count(d) for d in range(1, self.depth + 1)]
-    return f"static tree of {self.n_nodes} nodes, widths per depth {widths}, {self.children} children"
+    return (f"static tree of {self.n_nodes} nodes, widths per depth {widths}, "
+            f"{self.children} children{chain}")
 
 
 def parse_tree(tree: str, k: int) -> TreeSpec:
@@ -326,6 +337,42 @@ def _expand_dynamic(tree: TreeSpec, root, root_logits, carry, feed, key):
   depths = jnp.asarray(dep, jnp.int32)[keep]
   q = jax.nn.one_hot(tokens, v, dtype=jnp.float32).at[:, 0].set(0.0)
   return TreeDraft(tokens=tokens, parents=parents, depths=depths, q=q), carry
+
+
+def with_chain(draft: TreeDraft, chain: jax.Array, first: jax.Array) -> TreeDraft:
+  """Adds a chain of L tokens under the root (q one-hot: a prompt-lookup continuation).
+
+  draft: N1 nodes; chain [B, L]; first [B] bool: per row, the chain's nodes come right
+  after the root (tried before the draft's children: where the lookup matched) or after
+  the tree (tried when no draft child at depth 1 was accepted). Either layout is a tree
+  in which parents come first, so verification stays exact; the choice may depend on
+  the final tokens only. Returns a TreeDraft of N1 + L nodes.
+  """
+  b, n1 = draft.tokens.shape
+  L = chain.shape[1]
+  v = draft.q.shape[-1]
+  chain = chain.astype(jnp.int32)
+  steps = jnp.arange(1, L + 1, dtype=jnp.int32)  # the chain's depths
+  q_chain = jax.nn.one_hot(chain, v, dtype=draft.q.dtype)
+  # After: nodes N1 .. N1 + L - 1, the first a child of the root.
+  after = TreeDraft(
+      tokens=jnp.concatenate([draft.tokens, chain], 1),
+      parents=jnp.concatenate([draft.parents, jnp.broadcast_to(
+          jnp.concatenate([jnp.zeros((1,), jnp.int32), n1 + jnp.arange(L - 1, dtype=jnp.int32)]),
+          (b, L))], 1),
+      depths=jnp.concatenate([draft.depths, jnp.broadcast_to(steps, (b, L))], 1),
+      q=jnp.concatenate([draft.q, q_chain], 1))
+  # First: nodes 1 .. L, the tree's nodes shifted by L (the root's children keep parent 0).
+  shifted = jnp.where(draft.parents[:, 1:] == 0, 0, draft.parents[:, 1:] + L)
+  before = TreeDraft(
+      tokens=jnp.concatenate([draft.tokens[:, :1], chain, draft.tokens[:, 1:]], 1),
+      parents=jnp.concatenate([draft.parents[:, :1], jnp.broadcast_to(steps - 1, (b, L)),
+                               shifted], 1),
+      depths=jnp.concatenate([draft.depths[:, :1], jnp.broadcast_to(steps, (b, L)),
+                              draft.depths[:, 1:]], 1),
+      q=jnp.concatenate([draft.q[:, :1], q_chain, draft.q[:, 1:]], 1))
+  pick = lambda x, y: jnp.where(first.reshape((b,) + (1,) * (x.ndim - 1)), x, y)
+  return jax.tree.map(pick, before, after)
 
 
 # ------------------------------------------------------------------ verification
