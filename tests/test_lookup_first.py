@@ -128,8 +128,11 @@ def test_bad_combined_specs(spec, words):
     specjax.generate(TARGET, [[1, 2, 3]], 4, draft=spec, k=2)
 
 
-def test_trees_are_refused():
-  with pytest.raises(ValueError, match="chains only"):
-    specjax.generate(TARGET, [[1, 2, 3]], 4, draft="early_exit:1+ngram:2", k=2, tree="static:2,1")
-  with pytest.raises(ValueError, match="does not draft token trees"):
-    specjax.generate(TARGET, [[1, 2, 3]], 4, draft="early_exit:1+ngram:2", k=2, tree="auto")
+def test_trees_take_the_lookup_chain():
+  """With tree=, the lookup's continuation is a chain beside early exit's tree: greedy
+  output stays the target's (tree='auto' with the lookup: tests/test_tree.py)."""
+  prompts = random_prompts(3, TARGET.cfg.vocab_size, seed=4)
+  prompts[0] = prompts[0] * 3
+  alone = specjax.generate(TARGET, prompts, 12)
+  out = specjax.generate(TARGET, prompts, 12, draft="early_exit:1+ngram:2", k=2, tree="static:2,1")
+  assert out.tokens == alone.tokens and out.stats.nodes_per_round == 4 + 2

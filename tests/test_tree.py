@@ -241,6 +241,18 @@ def test_lookup_chain_layouts():
   assert int(n) == 3 and path.tolist() == [0, 1, 2, 3] and int(nxt) == 12
 
 
-def test_lookup_tree_errors():
-  with pytest.raises(ValueError, match="sizes the trees of one draft"):
-    specjax.generate(TARGET, PROMPTS[:1], 4, draft=_feature_and_lookup(), k=2, tree="auto")
+def test_auto_tree_with_the_lookup_chain(capsys):
+  """tree='auto' with "<draft>+ngram": the model counts each tree's lookup chain in its
+  pass; the chosen tree runs with the chain beside it and the output is the target's."""
+  accept = [[0.6, 0.5, 0.4, 0.3]] * 3
+  cost = lambda t: 1.0 + t / 8
+  for b, e, rate in tree_auto.ranked(accept, cost, 0.05, 3, (4, 2, 2), lookup=True):
+    extra = len(b) if max(b) > 1 else 0
+    assert rate == pytest.approx(e / (0.05 * len(b) + cost(TreeSpec.static(b).n_nodes + 1 + extra)))
+  out = specjax.generate(TARGET, PROMPTS, 20, draft=_feature_and_lookup(), k=3, tree="auto")
+  assert out.tokens == _target_alone().tokens
+  said = capsys.readouterr().out
+  assert "tree='auto'" in said
+  assert (out.stats.tree is None) == (", the chain" in said)
+  if out.stats.tree is not None:
+    assert "lookup chain" in out.stats.tree

@@ -262,9 +262,6 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     if not hasattr(drafter, "propose_tree"):
       raise ValueError(f"The drafter {getattr(drafter, 'name', type(drafter).__name__)!r} does "
                        "not draft token trees; use tree=None.")
-    if hasattr(drafter, "tree_spec"):
-      raise ValueError(f"tree='auto' sizes the trees of one draft; with {drafter.name!r} give "
-                       "a tree (e.g. tree='dynamic:32'), or use tree='auto' with the draft alone.")
     from specjax.decoding.tree_auto import auto_tree as choose_tree
     tree = choose_tree(target, drafter, k, prompt_ids, sampling)
     k = tree.depth  # k is the deepest tree considered; the chosen one may be shallower

@@ -27,6 +27,11 @@ CPU it over-predicted a 15-node tree by about a third against the chain
 (`experiments/trees/README.md`). So the model only shortlists: its best `FINALISTS`
 trees and best `FINALISTS` chains are then timed on the caller's prompts and batch size
 (compile excluded, the faster of two runs) and the fastest measured is chosen.
+
+With "<draft>+ngram:N" (`LookupFirstDrafter`) the calibration runs the draft alone, the
+model counts each tree's lookup chain in its pass (not in its expected tokens), and the
+shortlist is timed as it will run: trees with the lookup chain beside them, chains
+lookup-first.
 """
 from __future__ import annotations
 
@@ -80,14 +85,20 @@ def choose(accept, pass_cost, draft_step_cost: float, k: int, calibration=None,
 
 
 def ranked(accept, pass_cost, draft_step_cost: float, k: int, calibration=None,
-           max_nodes: int = MAX_NODES) -> list:
-  """Every candidate of depth 1..k as (branching, expected tokens, rate), best rate first."""
+           max_nodes: int = MAX_NODES, lookup: bool = False) -> list:
+  """Every candidate of depth 1..k as (branching, expected tokens, rate), best rate first.
+
+  lookup: a prompt-lookup chain as deep as the tree is verified beside each branching
+  tree (`LookupFirstDrafter`): its nodes are counted in the pass, not in E (the model
+  knows the draft's acceptance only; the timed shortlist sees the rest)."""
   calibration = calibration or _calibration(k)
   out = []
   for depth in range(1, k + 1):
     for b in candidates(depth, calibration[:depth], max_nodes):
       e = expected_tokens(b, accept)
-      out.append((b, e, e / (depth * draft_step_cost + pass_cost(TreeSpec.static(b).n_nodes + 1))))
+      extra = depth if lookup and max(b) > 1 else 0
+      t = TreeSpec.static(b).n_nodes + 1 + extra
+      out.append((b, e, e / (depth * draft_step_cost + pass_cost(t))))
   return sorted(out, key=lambda c: -c[2])
 
 
@@ -116,15 +127,18 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   from specjax.decoding.generate import generate
   # generate wraps the caller's draft in a new drafter object per call: key on what it
   # wraps (its weights' identity), so one process calibrates once per target/draft/k.
-  weights = getattr(drafter, "params", None)
+  weights = getattr(drafter, "params", getattr(getattr(drafter, "base", None), "params", None))
   key = (getattr(target, "name", id(target)), type(drafter).__name__, getattr(drafter, "name", ""),
          getattr(drafter, "n", None), getattr(drafter, "n_layers", None),
          id(weights) if weights is not None else None, k, sampling)
   if (key, len(prompts)) in _CHOSEN:
     return _CHOSEN[(key, len(prompts))]
   sampled = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+  # A drafter that adds candidates beside the draft's tree (`tree_spec`: a lookup chain) is
+  # calibrated on its draft alone: the model's per-rank acceptance is the draft's.
+  lookup = hasattr(drafter, "tree_spec")
   if key not in _ACCEPTANCE:
-    calib = generate(target, prompts[:4], max_new, draft=drafter, k=k,
+    calib = generate(target, prompts[:4], max_new, draft=drafter.base if lookup else drafter, k=k,
                      tree=TreeSpec.static(_calibration(k)), **sampled)
     _ACCEPTANCE[key] = calib.stats.per_rank_acceptance
   accept = _ACCEPTANCE[key]
@@ -137,7 +151,7 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   step = auto_k.draft_step_cost(target, drafter, context, max_len, sampling.temperature)
   cost = lambda t: float(np.interp(t, ts, cs))
   timed = []  # (measured tokens/s, branching, expected tokens)
-  for b, e, _ in shortlist(ranked(accept, cost, step, k)):
+  for b, e, _ in shortlist(ranked(accept, cost, step, k, lookup=lookup)):
     runs = [generate(target, prompts, max_new, draft=drafter, k=len(b),
                      tree=None if max(b) == 1 else TreeSpec.static(b), **sampled).stats
             for _ in range(2)]
@@ -148,7 +162,9 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
     name = lambda b: "static:" + ",".join(map(str, b))
     finalists = ", ".join(f"{name(b)} {t:.1f}" for t, b, _ in timed)
     print(f"tree='auto': {name(branching)} (depth {len(branching)} of at most {k}, "
-          f"{spec.n_nodes} nodes{', the chain' if max(branching) == 1 else ''}), expected "
+          f"{spec.n_nodes} nodes{', the chain' if max(branching) == 1 else ''}"
+          f"{f' + a lookup chain of {len(branching)}' if lookup and max(branching) > 1 else ''}"
+          "), expected "
           f"{e:.2f} tokens per pass, c(T)/c(1) at T = {spec.n_nodes + 1}: "
           f"{cost(spec.n_nodes + 1) / cs[0]:.2f}; finalists in the model's order, measured "
           f"tokens/s at batch {len(prompts)}: {finalists}", flush=True)
