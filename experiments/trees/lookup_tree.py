@@ -11,8 +11,8 @@ source of candidates. This script measures, on the evaluation set (`prompts_eval
 `--per_category` prompts of each category as one batch, chat template, 48 new tokens), at
 each depth and temperature: the draft's chain and dynamic trees, the lookup+draft chain and
 the same trees with the lookup chain beside them. Records go to lookup_tree.jsonl (a rerun
-skips the settings already there); lookup_tree.md (overall and per category) and
-lookup_tree.png are rebuilt from it. Greedy output is checked against the target alone.
+skips the settings already there; --report_only runs none); lookup_tree.md (overall and
+per category) and lookup_tree.png are rebuilt from it. Greedy output is checked against the target alone.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def main():
   ap.add_argument("--prompts", default="eval")
   ap.add_argument("--per_category", type=int, default=2)
   ap.add_argument("--max_new", type=int, default=48)
+  ap.add_argument("--report_only", action="store_true", help="rebuild the table and plot only")
   args = ap.parse_args()
   drafts = [args.draft, args.draft + args.lookup]
   trees = [None] + args.trees.split(",")
@@ -55,7 +56,7 @@ def main():
   texts, cats = [r["text"] for r in rows], [r["category"] for r in rows]
   target, ref = None, None
   for temp, d, draft, tree in settings:
-    if (temp, d, draft, tree) in done:
+    if (temp, d, draft, tree) in done or args.report_only:
       continue
     if target is None:
       target = specjax.load_model("smollm2-135m")
@@ -99,6 +100,8 @@ def report(records, out, draft):
     lines += [f"**T = {temp:g}**", "", "| depth | " + " | ".join(head) + " |",
               "|---" * (1 + len(head)) + "|"]
     for d in depths:
+      if not any(key[:2] == (temp, d) for key in cell):
+        continue
       base = cell.get((temp, d, draft, None))
       cells = []
       for dr in drafts:

@@ -9,6 +9,9 @@ calibration runs once, before the timing, and is reported apart) and `--trees` f
 timed round-robin (`--repeats` rounds, the fastest of each setting per prompt
 counts; compile excluded). Tokens/s is summed over the prompts. Also checks that every
 setting's tokens equal the target alone's. Writes <out>.json and <out>.md.
+With `--lookup=+ngram:3` the drafter is the draft with prompt lookup (chains lookup-first,
+trees with a lookup chain beside them) and the draft's own chains are timed as well; the
+best chain is the fastest of all of them.
 """
 from __future__ import annotations
 
@@ -32,17 +35,28 @@ def main():
   ap.add_argument("--draft", default="smollm2-135m-draft")
   ap.add_argument("--prompts", default="eval", help="a prompt source of specjax.bench.prompts")
   ap.add_argument("--max_chain", type=int, default=6)
+  ap.add_argument("--lookup", default="",
+                  help="e.g. '+ngram:3': every chain, tree and tree=auto runs with prompt lookup "
+                       "(lookup-first chains, a lookup chain beside each tree); the draft's own "
+                       "chains are timed too")
   ap.add_argument("--trees", default="static:2,1,1,1;static:2,2,1,1;dynamic:8;dynamic:16",
                   help="fixed trees of depth --k, joined by ';' (as config.trees)")
   args = ap.parse_args()
   trees = parse_trees(args.trees, [args.k])  # a bad list: one clear error before loading
   target = specjax.load_model("smollm2-135m")
   draft = specjax.load_model(args.draft, target=target)
+  alone = draft
+  if args.lookup:
+    from specjax.decoding.generate import resolve_drafter
+    draft = resolve_drafter(args.draft + args.lookup, target)
   prompts = [target.encode(r["text"], chat=True)
              for r in prompts_lib.select(args.prompts, per_category=1)]
   settings = {"target": dict(draft=None, k=1)}
   for k in range(1, args.max_chain + 1):
     settings[f"chain k={k}"] = dict(draft=draft, k=k)
+  if args.lookup:
+    for k in range(1, args.max_chain + 1):
+      settings[f"chain k={k}, draft alone"] = dict(draft=alone, k=k)
   auto_name = f"tree=auto k<={args.k}"
   settings[auto_name] = dict(draft=draft, k=args.k, tree="auto")
   for spec in trees:
@@ -81,7 +95,7 @@ def main():
   top = max(chains, key=lambda r: r["tokens_per_s"])
   auto = next(r for r in rows if r["setting"].startswith("tree=auto"))
   r = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
-       "k": args.k, "draft": args.draft,
+       "k": args.k, "draft": args.draft + args.lookup,
        "auto_tree": chosen.stats.tree or f"the chain at k={chosen.stats.k}",
        "calibration_s": calibration_s, "rows": rows, "best_chain": top["setting"],
        "auto_over_best_chain": auto["tokens_per_s"] / top["tokens_per_s"]}
@@ -95,7 +109,7 @@ def main():
             f"{calibration_s:.0f} s, once per process); tree=auto / best chain "
             f"({top['setting']}): {r['auto_over_best_chain']:.2f}x. {len(prompts)} prompts "
             f"of {args.prompts!r} (one per category), batch 1, {args.max_new} greedy new "
-            f"tokens, fastest of {args.repeats}."]
+            f"tokens, fastest of {args.repeats}; drafter {args.draft + args.lookup!r}."]
   md = "\n".join(lines)
   write_report(args.out, r, md)
 
