@@ -246,7 +246,11 @@ def test_auto_tree_with_the_lookup_chain(capsys):
   pass; the chosen tree runs with the chain beside it and the output is the target's."""
   accept = [[0.6, 0.5, 0.4, 0.3]] * 3
   cost = lambda t: 1.0 + t / 8
-  for b, e, rate in tree_auto.ranked(accept, cost, 0.05, 3, (4, 2, 2), lookup=True):
+  # A lookup-first chain accepting 0.8 per position: it adds 0.2, 0.2 + 0.64 - 0.36, ...
+  gain = tree_auto.lookup_gain(accept, [0.8, 0.8, 0.8])
+  assert gain == pytest.approx([0.0, 0.2, 0.2 + 0.64 - 0.36, 0.2 + 0.28 + 0.512 - 0.216])
+  for b, e, rate in tree_auto.ranked(accept, cost, 0.05, 3, (4, 2, 2), lookup_gain=gain):
+    assert e == pytest.approx(tree_auto.expected_tokens(b, accept) + gain[len(b)])
     extra = len(b) if max(b) > 1 else 0
     assert rate == pytest.approx(e / (0.05 * len(b) + cost(TreeSpec.static(b).n_nodes + 1 + extra)))
   out = specjax.generate(TARGET, PROMPTS, 20, draft=_feature_and_lookup(), k=3, tree="auto")

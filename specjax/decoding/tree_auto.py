@@ -28,8 +28,9 @@ CPU it over-predicted a 15-node tree by about a third against the chain
 trees and best `FINALISTS` chains are then timed on the caller's prompts and batch size
 (compile excluded, the faster of two runs) and the fastest measured is chosen.
 
-With "<draft>+ngram:N" (`LookupFirstDrafter`) the calibration runs the draft alone, the
-model counts each tree's lookup chain in its pass (not in its expected tokens), and the
+With "<draft>+ngram:N" (`LookupFirstDrafter`) the tree calibration runs the draft alone
+and a lookup-first chain of depth k measures what the lookup adds at each depth
+(`lookup_gain`, added to E; a tree's pass also counts its lookup chain's nodes), and the
 shortlist is timed as it will run: trees with the lookup chain beside them, chains
 lookup-first.
 """
@@ -85,21 +86,36 @@ def choose(accept, pass_cost, draft_step_cost: float, k: int, calibration=None,
 
 
 def ranked(accept, pass_cost, draft_step_cost: float, k: int, calibration=None,
-           max_nodes: int = MAX_NODES, lookup: bool = False) -> list:
+           max_nodes: int = MAX_NODES, lookup_gain: Optional[Sequence[float]] = None) -> list:
   """Every candidate of depth 1..k as (branching, expected tokens, rate), best rate first.
 
-  lookup: a prompt-lookup chain as deep as the tree is verified beside each branching
-  tree (`LookupFirstDrafter`): its nodes are counted in the pass, not in E (the model
-  knows the draft's acceptance only; the timed shortlist sees the rest)."""
+  lookup_gain: with a prompt-lookup chain beside each tree (`LookupFirstDrafter`), the
+  tokens per round it adds at each depth 0..k (`lookup_gain`): added to E, and a branching
+  tree's pass counts the chain's `depth` nodes (a chain is lookup-first, no extra nodes)."""
   calibration = calibration or _calibration(k)
   out = []
   for depth in range(1, k + 1):
     for b in candidates(depth, calibration[:depth], max_nodes):
       e = expected_tokens(b, accept)
-      extra = depth if lookup and max(b) > 1 else 0
+      extra = 0
+      if lookup_gain is not None:
+        e += lookup_gain[depth]
+        extra = depth if max(b) > 1 else 0
       t = TreeSpec.static(b).n_nodes + 1 + extra
       out.append((b, e, e / (depth * draft_step_cost + pass_cost(t))))
   return sorted(out, key=lambda c: -c[2])
+
+
+def lookup_gain(accept, lookup_chain_acceptance: Sequence[float]) -> list:
+  """[k + 1]: tokens per round that lookup-first adds to the draft's chain at each depth,
+  E(lookup-first chain of d) - E(the draft's chain of d) (at least 0), from the
+  lookup-first chain's per-position acceptance and the draft's per-rank acceptance."""
+  out, e, reach = [0.0], 1.0, 1.0
+  for d, a in enumerate(lookup_chain_acceptance, 1):
+    reach *= 0.0 if a is None or np.isnan(a) else a
+    e += reach
+    out.append(max(0.0, e - expected_tokens((1,) * d, accept)))
+  return out
 
 
 def shortlist(ranking: list, n: int = FINALISTS) -> list:
@@ -136,12 +152,18 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   sampled = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
   # A drafter that adds candidates beside the draft's tree (`tree_spec`: a lookup chain) is
   # calibrated on its draft alone: the model's per-rank acceptance is the draft's.
+  # What the lookup adds is measured by a lookup-first chain of depth k (`lookup_gain`).
   lookup = hasattr(drafter, "tree_spec")
   if key not in _ACCEPTANCE:
     calib = generate(target, prompts[:4], max_new, draft=drafter.base if lookup else drafter, k=k,
                      tree=TreeSpec.static(_calibration(k)), **sampled)
-    _ACCEPTANCE[key] = calib.stats.per_rank_acceptance
-  accept = _ACCEPTANCE[key]
+    accept = calib.stats.per_rank_acceptance
+    gain = None
+    if lookup:
+      chain = generate(target, prompts[:4], max_new, draft=drafter, k=k, **sampled)
+      gain = lookup_gain(accept, chain.stats.per_position_acceptance)
+    _ACCEPTANCE[key] = (accept, gain)
+  accept, gain = _ACCEPTANCE[key]
   context = max(8, min(len(p) for p in prompts[:4]))
   max_len = costs.cache_len(context, max_new, MAX_NODES)
   sizes = sorted({1, 2, 4, 8, 16, 32, MAX_NODES + 1, k + 1})
@@ -151,7 +173,7 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   step = auto_k.draft_step_cost(target, drafter, context, max_len, sampling.temperature)
   cost = lambda t: float(np.interp(t, ts, cs))
   timed = []  # (measured tokens/s, branching, expected tokens)
-  for b, e, _ in shortlist(ranked(accept, cost, step, k, lookup=lookup)):
+  for b, e, _ in shortlist(ranked(accept, cost, step, k, lookup_gain=gain)):
     runs = [generate(target, prompts, max_new, draft=drafter, k=len(b),
                      tree=None if max(b) == 1 else TreeSpec.static(b), **sampled).stats
             for _ in range(2)]
@@ -161,12 +183,13 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   if verbose:
     name = lambda b: "static:" + ",".join(map(str, b))
     finalists = ", ".join(f"{name(b)} {t:.1f}" for t, b, _ in timed)
+    extra = len(branching) if lookup and max(branching) > 1 else 0  # the lookup chain
+    t = spec.n_nodes + 1 + extra
     print(f"tree='auto': {name(branching)} (depth {len(branching)} of at most {k}, "
           f"{spec.n_nodes} nodes{', the chain' if max(branching) == 1 else ''}"
-          f"{f' + a lookup chain of {len(branching)}' if lookup and max(branching) > 1 else ''}"
-          "), expected "
-          f"{e:.2f} tokens per pass, c(T)/c(1) at T = {spec.n_nodes + 1}: "
-          f"{cost(spec.n_nodes + 1) / cs[0]:.2f}; finalists in the model's order, measured "
+          f"{f' + a lookup chain of {extra}' if extra else ''}), expected "
+          f"{e:.2f} tokens per pass, c(T)/c(1) at T = {t}: "
+          f"{cost(t) / cs[0]:.2f}; finalists in the model's order, measured "
           f"tokens/s at batch {len(prompts)}: {finalists}", flush=True)
   _CHOSEN[(key, len(prompts))] = spec
   return spec
