@@ -8,7 +8,8 @@ rarely the target's). `LookupFirstDrafter` ("<draft>+ngram:3") with `tree=` veri
 draft's tree plus a chain of k prompt-lookup tokens under the root, tried first where the
 last 2-3 tokens repeat earlier (`specjax.decoding.tree.with_chain`): a second, independent
 source of candidates. This script measures, on the evaluation set (`prompts_eval.jsonl`,
-`--per_category` prompts of each category as one batch, chat template, 48 new tokens), at
+`--per_category` prompts of each category (0: all) in batches of `--batch`, chat template,
+48 new tokens), at
 each depth and temperature: the draft's chain and dynamic trees, the lookup+draft chain and
 the same trees with the lookup chain beside them. Records go to lookup_tree.jsonl (a rerun
 skips the settings already there; --report_only runs none); lookup_tree.md (overall and
@@ -39,6 +40,7 @@ def main():
   ap.add_argument("--prompts", default="eval")
   ap.add_argument("--per_category", type=int, default=2)
   ap.add_argument("--max_new", type=int, default=48)
+  ap.add_argument("--batch", type=int, default=24, help="prompts decoded together")
   ap.add_argument("--report_only", action="store_true", help="rebuild the table and plot only")
   args = ap.parse_args()
   drafts = [args.draft, args.draft + args.lookup]
@@ -60,21 +62,29 @@ def main():
       continue
     if target is None:
       target = specjax.load_model("smollm2-135m")
+    chunks = [slice(i, i + args.batch) for i in range(0, len(texts), args.batch)]
     if temp == 0 and ref is None:
-      ref = specjax.generate(target, texts, args.max_new, chat=True).tokens
-    out = specjax.generate(target, texts, args.max_new, draft=draft, k=d, chat=True, tree=tree,
-                           temperature=temp, seed=0)
-    s = out.stats
+      ref = [t for c in chunks for t in specjax.generate(target, texts[c], args.max_new,
+                                                         chat=True).tokens]
+    outs = [specjax.generate(target, texts[c], args.max_new, draft=draft, k=d, chat=True,
+                             tree=tree, temperature=temp, seed=0) for c in chunks]
+    s = outs[0].stats
+    new = np.concatenate([o.stats.new_tokens for o in outs])
+    rounds = np.concatenate([o.stats.rounds for o in outs])
+    checked = sum(o.stats.checked.sum(0) for o in outs)
+    accepted = sum(o.stats.accepted.sum(0) for o in outs)
+    tpp = float((new - 1).sum() / rounds.sum())
     rec = {"temperature": temp, "k": d, "draft": draft, "tree": tree, "tree_str": s.tree,
            "nodes": s.nodes_per_round, "prompts": len(texts), "prompt_source": args.prompts,
-           "max_new": args.max_new, "tokens_per_pass": s.tokens_per_pass,
-           "alpha_per_depth": s.per_position_acceptance,
-           "rows": [{"category": c, "new_tokens": int(s.new_tokens[b]), "rounds": int(s.rounds[b])}
+           "batch": args.batch, "max_new": args.max_new, "tokens_per_pass": tpp,
+           "alpha_per_depth": [float(a / c) if c else None for a, c in zip(accepted, checked)],
+           "rows": [{"category": c, "new_tokens": int(new[b]), "rounds": int(rounds[b])}
                     for b, c in enumerate(cats)],
-           "identical_to_target": (out.tokens == ref) if temp == 0 else None}
+           "identical_to_target": ([t for o in outs for t in o.tokens] == ref) if temp == 0
+                                  else None}
     with open(path, "a") as f:
       f.write(json.dumps(rec) + "\n")
-    print(time.strftime("%H:%M:%S"), temp, d, draft, tree, f"{s.tokens_per_pass:.3f}", flush=True)
+    print(time.strftime("%H:%M:%S"), temp, d, draft, tree, f"{tpp:.3f}", flush=True)
     done[(temp, d, draft, tree)] = rec
   report(list(done.values()), args.out, args.draft)
 
@@ -91,8 +101,8 @@ def report(records, out, draft):
   drafts = sorted({r["draft"] for r in records}, key=len)
   trees = sorted({r["tree"] for r in records if r["tree"]}, key=lambda t: int(t.split(":")[1]))
   r0 = records[0]
-  lines = [f"Tokens per target pass, {r0['prompts']} prompts of `{r0['prompt_source']}` as one "
-           f"batch, chat template, {r0['max_new']} new tokens; in brackets the value / the "
+  lines = [f"Tokens per target pass, {r0['prompts']} prompts of `{r0['prompt_source']}` in "
+           f"batches of {r0.get('batch', r0['prompts'])}, chat template, {r0['max_new']} new tokens; in brackets the value / the "
            f"chain of `{draft}` alone at the same depth and temperature. With `+ngram:3`, a tree "
            "has k more nodes (the lookup chain) than its name says.", ""]
   head = [f"{dr} {t or 'chain'}" for dr in drafts for t in [None] + trees]
