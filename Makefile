@@ -22,9 +22,12 @@ demo: $(STAMP)
 
 # The whole test suite, real-model tests included (as CI runs it), in two worker processes
 # (pytest-xdist, one test file per worker at a time): both cores, and no one process
-# compiles the whole suite's programs.
+# compiles the whole suite's programs. The real-model tests run second, in fresh workers:
+# three clean-clone runs had XLA abort while compiling a real-model tree program in a
+# worker that had compiled many files' programs before (experiments/test_run/).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs --durations=15 -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -rs --durations=15 -n 2 --dist loadfile -m "not real_model"
+	$(BIN)/python -m pytest -q -rs --durations=5 -n 2 --dist loadfile -m real_model
 
 # Logic tests only (tiny random models).
 test-fast: $(STAMP)

@@ -73,7 +73,8 @@ def _no_cache_writes_for_real_models(request):
   tests/test_tree_real_model.py, in a worker that had run many files before;
   experiments/test_run/make_test_abort_2026-12-03*.log). Those tests write nothing to
   the cache: jax decides whether the cache is used once per process, but reads the
-  minimum compile time of a write at every write."""
+  minimum compile time of a write at every write. (A third run then aborted in the
+  compile itself, so `make test` also runs them apart, in fresh workers.)"""
   if request.node.get_closest_marker("real_model") is None:
     yield
     return
