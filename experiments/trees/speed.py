@@ -46,9 +46,9 @@ def main():
   target = specjax.load_model("smollm2-135m")
   draft = specjax.load_model(args.draft, target=target)
   alone = draft
-  if args.lookup:
-    from specjax.decoding.generate import resolve_drafter
-    draft = resolve_drafter(args.draft + args.lookup, target)
+  if args.lookup:  # the loaded draft with lookup first (not loaded again from its name)
+    from specjax.decoding.generate import lookup_first
+    draft = lookup_first(alone, args.lookup.lstrip("+"), target, args.draft + args.lookup)
   prompts = [target.encode(r["text"], chat=True)
              for r in prompts_lib.select(args.prompts, per_category=1)]
   settings = {"target": dict(draft=None, k=1)}

@@ -358,8 +358,7 @@ def with_chain(draft: TreeDraft, chain: jax.Array, first: jax.Array) -> TreeDraf
   after = TreeDraft(
       tokens=jnp.concatenate([draft.tokens, chain], 1),
       parents=jnp.concatenate([draft.parents, jnp.broadcast_to(
-          jnp.concatenate([jnp.zeros((1,), jnp.int32), n1 + jnp.arange(L - 1, dtype=jnp.int32)]),
-          (b, L))], 1),
+          jnp.where(steps == 1, 0, n1 + steps - 2), (b, L))], 1),
       depths=jnp.concatenate([draft.depths, jnp.broadcast_to(steps, (b, L))], 1),
       q=jnp.concatenate([draft.q, q_chain], 1))
   # First: nodes 1 .. L, the tree's nodes shifted by L (the root's children keep parent 0).

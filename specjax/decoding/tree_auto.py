@@ -36,6 +36,7 @@ lookup-first.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Optional, Sequence
 
@@ -97,13 +98,21 @@ def ranked(accept, pass_cost, draft_step_cost: float, k: int, calibration=None,
   for depth in range(1, k + 1):
     for b in candidates(depth, calibration[:depth], max_nodes):
       e = expected_tokens(b, accept)
-      extra = 0
       if lookup_gain is not None:
         e += lookup_gain[depth]
-        extra = depth if max(b) > 1 else 0
-      t = TreeSpec.static(b).n_nodes + 1 + extra
+      t = pass_tokens(b, lookup_gain is not None)
       out.append((b, e, e / (depth * draft_step_cost + pass_cost(t))))
   return sorted(out, key=lambda c: -c[2])
+
+
+def pass_tokens(branching: Sequence[int], lookup: bool) -> int:
+  """Tokens of the target pass that verifies `branching`: its nodes and root, plus (a
+  branching tree with a lookup drafter, as `LookupFirstDrafter.tree_spec` sets it) the
+  lookup chain's; a chain runs lookup-first and has none."""
+  spec = TreeSpec.static(branching)
+  if lookup and max(branching) > 1:
+    spec = dataclasses.replace(spec, lookup=spec.depth)
+  return spec.verified_nodes + 1
 
 
 def lookup_gain(accept, lookup_chain_acceptance: Sequence[float]) -> list:
@@ -183,8 +192,8 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   if verbose:
     name = lambda b: "static:" + ",".join(map(str, b))
     finalists = ", ".join(f"{name(b)} {t:.1f}" for t, b, _ in timed)
-    extra = len(branching) if lookup and max(branching) > 1 else 0  # the lookup chain
-    t = spec.n_nodes + 1 + extra
+    t = pass_tokens(branching, lookup)
+    extra = t - spec.n_nodes - 1  # the lookup chain's nodes
     print(f"tree='auto': {name(branching)} (depth {len(branching)} of at most {k}, "
           f"{spec.n_nodes} nodes{', the chain' if max(branching) == 1 else ''}"
           f"{f' + a lookup chain of {extra}' if extra else ''}), expected "
