@@ -1,6 +1,7 @@
 """Token trees: specs, the ancestor-mask pass, path gathering, greedy exactness."""
 import dataclasses
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -152,6 +153,32 @@ def test_auto_tree_choice():
       tree_auto.TreeSpec.static(b).n_nodes + 1))
       for d in (1, 2, 3) for b in tree_auto.candidates(d, (4, 2, 2)[:d])}
   assert best[0] == max(rates, key=rates.get) and len(set(map(len, rates))) == 3
+
+
+def test_auto_tree_times_finalists_on_every_calibration_batch():
+  """The finalists run round-robin over the calibration prompts in batches of the
+  caller's size; per batch the fastest round counts, and the rates are summed tokens over
+  summed time, so one prompt where a finalist happens to be fast does not decide."""
+  calib = ["p0", "p1", "p2", "p3"]
+  assert tree_auto.timing_batches(calib, ["x"]) == [["p0"], ["p1"], ["p2"], ["p3"]]
+  assert tree_auto.timing_batches(calib, ["x", "y"]) == [["p0", "p1"], ["p2", "p3"]]
+  assert tree_auto.timing_batches(calib, ["x"] * 3) == [["p0", "p1", "p2"]]
+  assert tree_auto.timing_batches(calib, ["x"] * 5) == [["x"] * 5]
+  # seconds per (finalist, prompt, round): "a" wins on p0 alone, "b" over all four
+  walls = {("a", "p0"): [1.0, 2.0], ("a", "p1"): [4.0, 5.0], ("a", "p2"): [4.0, 4.0],
+           ("a", "p3"): [4.0, 4.0], ("b", "p0"): [3.0, 2.0], ("b", "p1"): [2.0, 2.0],
+           ("b", "p2"): [2.0, 3.0], ("b", "p3"): [2.0, 2.0]}
+  calls = []
+
+  def run(f, batch):
+    calls.append((f, batch[0]))
+    wall = walls[(f, batch[0])][sum(c == (f, batch[0]) for c in calls) - 1]
+    return types.SimpleNamespace(wall_time_s=wall, new_tokens=np.array([10]))
+
+  rates = tree_auto.time_finalists(run, ["a", "b"], [[p] for p in calib])
+  assert rates == pytest.approx([40 / 13, 40 / 8])
+  order = [(f, p) for f in "ab" for p in calib]
+  assert calls == order + order  # round-robin: every finalist and batch, then again
 
 
 @pytest.mark.parametrize("draft", ["perturbed", "feature", "early_exit:1"])

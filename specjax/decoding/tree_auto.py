@@ -25,8 +25,11 @@ The model leaves out what a round costs beyond the target pass and plain draft s
 (tree masks, the accepted path's gather, several draft rows per depth); on the 2-core
 CPU it over-predicted a 15-node tree by about a third against the chain
 (`experiments/trees/README.md`). So the model only shortlists: its best `FINALISTS`
-trees and best `FINALISTS` chains are then timed on the caller's prompts and batch size
-(compile excluded, the faster of two runs) and the fastest measured is chosen.
+trees and best `FINALISTS` chains are then timed at the caller's batch size on the
+calibration prompts (`time_finalists`: round-robin, so drift hits all alike, each
+finalist's fastest of two rounds per batch, compile excluded) and the fastest measured
+is chosen. Timing on all the calibration prompts, not only the caller's current batch,
+keeps one unusual prompt from deciding the tree for the rest.
 
 With "<draft>+ngram:N" (`LookupFirstDrafter`) the tree calibration runs the draft alone
 and a lookup-first chain of depth k measures what the lookup adds at each depth
@@ -139,15 +142,43 @@ def _calibration(k: int) -> tuple:
 
 
 _ACCEPTANCE: dict = {}  # per target/draft/k/sampling: the calibration's per-rank acceptance
+_PROMPTS: dict = {}  # ... the prompts it was measured on (up to 4)
 _CHOSEN: dict = {}  # ... and batch size: the chosen tree
+
+
+def timing_batches(calibration: list, prompts: list) -> list:
+  """Batches of the caller's size (len(prompts)) that the finalists are timed on: the
+  calibration prompts in consecutive groups (the last, short group dropped), or the
+  caller's own batch when it is as large as the calibration."""
+  b = len(prompts)
+  if b >= len(calibration):
+    return [prompts]
+  return [calibration[i:i + b] for i in range(0, len(calibration) - b + 1, b)]
+
+
+def time_finalists(run, finalists: list, batches: list, rounds: int = 2) -> list:
+  """Measured tokens/s of each finalist over all `batches`: rounds go round-robin over
+  finalists and batches; per (finalist, batch) the fastest round counts, and a finalist's
+  rate is its new tokens over its summed wall time. run(finalist, batch) -> SpecStats."""
+  best = {}  # (finalist index, batch index) -> (wall seconds, new tokens)
+  for _ in range(rounds):
+    for i, f in enumerate(finalists):
+      for j, batch in enumerate(batches):
+        st = run(f, batch)
+        wall, new = float(st.wall_time_s), float(st.new_tokens.sum())
+        if (i, j) not in best or wall < best[(i, j)][0]:
+          best[(i, j)] = (wall, new)
+  return [sum(best[(i, j)][1] for j in range(len(batches)))
+          / sum(best[(i, j)][0] for j in range(len(batches))) for i in range(len(finalists))]
 
 
 def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 32,
               verbose: bool = True) -> TreeSpec:
   """Calibrates on (up to 4 of) `prompts`, measures c(T) and the draft, shortlists trees
   of depth at most k by the model and picks the fastest measured at the caller's batch
-  size (its depth is the k the caller then decodes with). Once per process for each
-  target, draft, k, sampling and batch size; the acceptance is kept across batch sizes."""
+  size on the calibration prompts (its depth is the k the caller then decodes with).
+  Once per process for each target, draft, k, sampling and batch size; the acceptance and
+  its prompts are kept across batch sizes."""
   from specjax.bench import costs
   from specjax.decoding.generate import generate
   # generate wraps the caller's draft in a new drafter object per call: key on what it
@@ -172,8 +203,10 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
       chain = generate(target, prompts[:4], max_new, draft=drafter, k=k, **sampled)
       gain = lookup_gain(accept, chain.stats.per_position_acceptance)
     _ACCEPTANCE[key] = (accept, gain)
+    _PROMPTS[key] = list(prompts[:4])
   accept, gain = _ACCEPTANCE[key]
-  context = max(8, min(len(p) for p in prompts[:4]))
+  calibration = _PROMPTS[key]
+  context = max(8, min(len(p) for p in calibration))
   max_len = costs.cache_len(context, max_new, MAX_NODES)
   sizes = sorted({1, 2, 4, 8, 16, 32, MAX_NODES + 1, k + 1})
   measured = auto_k.pass_costs(target, context, max_len, sizes)
@@ -181,17 +214,18 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   cs = np.maximum.accumulate([measured[t] for t in sizes])  # a larger pass never costs less
   step = auto_k.draft_step_cost(target, drafter, context, max_len, sampling.temperature)
   cost = lambda t: float(np.interp(t, ts, cs))
-  timed = []  # (measured tokens/s, branching, expected tokens)
-  for b, e, _ in shortlist(ranked(accept, cost, step, k, lookup_gain=gain)):
-    runs = [generate(target, prompts, max_new, draft=drafter, k=len(b),
-                     tree=None if max(b) == 1 else TreeSpec.static(b), **sampled).stats
-            for _ in range(2)]
-    timed.append((max(float(r.new_tokens.sum()) / r.wall_time_s for r in runs), b, e))
+  finalists = shortlist(ranked(accept, cost, step, k, lookup_gain=gain))
+  run = lambda f, batch: generate(target, batch, max_new, draft=drafter, k=len(f[0]),
+                                  tree=None if max(f[0]) == 1 else TreeSpec.static(f[0]),
+                                  **sampled).stats
+  batches = timing_batches(calibration, list(prompts))
+  rates = time_finalists(run, finalists, batches)
+  timed = [(t, b, e) for t, (b, e, _) in zip(rates, finalists)]  # (tokens/s, branching, E)
   tps, branching, e = max(timed)
   spec = TreeSpec.static(branching)
   if verbose:
     name = lambda b: "static:" + ",".join(map(str, b))
-    finalists = ", ".join(f"{name(b)} {t:.1f}" for t, b, _ in timed)
+    listed = ", ".join(f"{name(b)} {t:.1f}" for t, b, _ in timed)
     t = pass_tokens(branching, lookup)
     extra = t - spec.n_nodes - 1  # the lookup chain's nodes
     print(f"tree='auto': {name(branching)} (depth {len(branching)} of at most {k}, "
@@ -199,6 +233,7 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
           f"{f' + a lookup chain of {extra}' if extra else ''}), expected "
           f"{e:.2f} tokens per pass, c(T)/c(1) at T = {t}: "
           f"{cost(t) / cs[0]:.2f}; finalists in the model's order, measured "
-          f"tokens/s at batch {len(prompts)}: {finalists}", flush=True)
+          f"tokens/s at batch {len(prompts)} over {len(batches) * len(batches[0])} "
+          f"prompts: {listed}", flush=True)
   _CHOSEN[(key, len(prompts))] = spec
   return spec
