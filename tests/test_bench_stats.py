@@ -44,6 +44,10 @@ def test_merge_and_select_keep_tree_statistics():
               "nodes_per_round", "tokens_per_pass"):
     assert d[key] == w[key], key
   assert sum(d["path_lengths"]) == d["verify_passes"]
+  # each run times its prefill apart, inside its wall time; a merge sums both
+  assert all(0 < s.prefill_time_s < s.wall_time_s for s in (a, b, whole))
+  assert merged.prefill_time_s == pytest.approx(a.prefill_time_s + b.prefill_time_s)
+  assert d["prefill_time_s"] == merged.prefill_time_s
   back = common.select_rows(merged, [2, 3, 4])
   assert back.tree == b.tree and back.nodes_per_round == b.nodes_per_round
   for f in common.PER_ROW + common.TREE_PER_ROW:

@@ -103,6 +103,7 @@ def merge_stats(stats: list) -> SpecStats:
     extra[f] = cat(f) if all(have) else None
   return SpecStats(k=first.k, **{f: cat(f) for f in PER_ROW},
                    wall_time_s=float(sum(s.wall_time_s for s in stats)),
+                   prefill_time_s=float(sum(s.prefill_time_s for s in stats)),
                    compile_time_s=float(sum(s.compile_time_s for s in stats)),
                    nodes_per_round=first.nodes_per_round, tree=first.tree, **extra)
 

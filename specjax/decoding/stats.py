@@ -52,6 +52,7 @@ class SpecStats:
   checked: np.ndarray  # [B, k] draft position i reached by verification and kept
   accepted: np.ndarray  # [B, k] draft position i accepted and kept
   wall_time_s: float = 0.0  # device run time, compile excluded
+  prefill_time_s: float = 0.0  # ... of it the prefill (the prompt's pass, the drafter's init)
   compile_time_s: float = 0.0
   path_lengths: Optional[np.ndarray] = None  # [B, k+1] rounds that accepted n drafts
   rank_hits: Optional[np.ndarray] = None  # [B, k, R] accepted node at depth i+1 had rank r
@@ -111,7 +112,8 @@ class SpecStats:
          "per_position_acceptance": [_nan_none(x) for x in self.per_position_acceptance],
          "tokens_per_pass": _nan_none(self.tokens_per_pass),
          "closed_form_tokens_per_pass": self.closed_form_tokens_per_pass,
-         "wall_time_s": self.wall_time_s, "compile_time_s": self.compile_time_s,
+         "wall_time_s": self.wall_time_s, "prefill_time_s": self.prefill_time_s,
+         "compile_time_s": self.compile_time_s,
          "tokens_per_s": _nan_none(self.tokens_per_s), "tree": self.tree,
          "nodes_per_round": self.nodes_per_round}
     if self.path_lengths is not None:
