@@ -2,6 +2,7 @@
 
     python scripts/speculate.py
     python scripts/speculate.py --config.draft=ngram:3 --config.k=6 --config.max_new_tokens=96
+    python scripts/speculate.py --config.tree=dynamic:16 --config.k=4   # a token tree of depth 4
     python scripts/speculate.py --json_out=/tmp/card.json
     python scripts/speculate.py --config.mesh=1,8 --config.dtype=bfloat16   # 8 accelerators
 """
@@ -23,6 +24,9 @@ def get_config():
   c.draft = "smollm2-135m-draft+ngram:3"
   c.fallback_draft = "ngram:3"  # used when the shipped draft cannot be loaded on this machine
   c.k = "auto"  # tokens drafted per round: "auto" (chosen from measured pass costs) or a number
+  # "" for the chain; a token tree "static:2,2,1", "dynamic:16" or "auto" (chosen from measured
+  # costs, chains included), of depth (at most) k, which must then be a number
+  c.tree = ""
   c.prompt = DEFAULT_PROMPT
   c.chat = True  # apply the target's chat template
   c.max_new_tokens = 64

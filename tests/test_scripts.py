@@ -204,6 +204,18 @@ def test_speculate_card_end_to_end(tiny_dirs, tmp_path):
   why = [line for line in proc.stdout.splitlines() if line.startswith("why ")]
   assert len(why) == 1 and ("below 1" if card["speedup"] < 1 else "above 1") in why[0], why
   assert f"kept {card['tokens_per_pass']:.2f} tokens" in why[0]
+  # A token tree on the card: its shape, its pass size in the why line, the same output.
+  proc = _run("speculate.py", f"--config.target={target}", f"--config.draft={draft}",
+              "--config.k=2", "--config.tree=static:2,1", "--config.max_new_tokens=12",
+              "--config.repeats=1", f"--json_out={out}")
+  tree_card = json.loads(out.read_text())
+  assert tree_card["tree"].startswith("static tree of 4 nodes") and tree_card["k"] == 2
+  assert tree_card["nodes_per_round"] == 4 and tree_card["identical_to_target"] is True
+  assert tree_card["output"] == card["output"] and "verify_share" not in tree_card
+  assert any(line.startswith("tree ") and "4 draft nodes per round" in line
+             for line in proc.stdout.splitlines()), proc.stdout
+  why = [line for line in proc.stdout.splitlines() if line.startswith("why ")]
+  assert len(why) == 1 and "a tree of 4 draft nodes, depth 2, and one 5-token verify pass" in why[0]
 
 
 @pytest.mark.slow
@@ -222,6 +234,8 @@ def test_speculate_bad_input_and_unreachable_model_are_clear_errors(tiny_dirs):
                                                  "--config.draft=ngram:2", "--config.k=0")
   assert "top_p" in fails(f"--config.target={target}", "--config.draft=ngram:2",
                           "--config.top_p=1.5")
+  assert "config.k as a number" in fails(f"--config.target={target}", "--config.draft=ngram:2",
+                                          "--config.tree=static:2")
   # A draft that cannot be loaded fails loudly (no silent fallback to n-gram lookup).
   err = fails(f"--config.target={target}", "--config.draft=no-such-draft")
   assert "error: no-such-draft: unknown model" in err and "ngram" not in err.lower()

@@ -66,12 +66,21 @@ def run_card(config) -> dict:
     raise ValueError(f"config.k={config.k!r}: give 'auto' or the number of tokens drafted per "
                      "round (an integer >= 1).")
   k = k if k == "auto" else int(k)
+  tree = str(config.get("tree", "") or "").strip() or None
+  if tree is not None and (k == "auto" or draft is None):
+    raise ValueError(f"config.tree={tree!r} needs a draft and config.k as a number: the "
+                     "tree's depth (at most, for 'auto'), e.g. --config.k=4; k='auto' "
+                     "chooses among chains only.")
   if k == "auto" and draft is not None:  # choose once (printed), then time that k
     k = generate(target, [prompt], draft=draft, k="auto", **common).k_choice["k"]
-  spec = best_of(config.repeats, target, [prompt], draft=draft, k=k, **common)
+  # tree="auto" chooses (and prints) in the first run, and the process keeps that choice
+  spec = best_of(config.repeats, target, [prompt], draft=draft, k=k, tree=tree, **common)
   s = spec.stats
+  k = s.k  # tree="auto" may choose a shallower tree, or a chain
   card = {
       "target": config.target, "draft": draft_label, "k": k, "k_auto": str(config.k) == "auto",
+      "tree": s.tree, "tree_auto": str(config.get("tree", "")).strip() == "auto",
+      "nodes_per_round": s.nodes_per_round,
       "temperature": config.temperature, "prompt": config.prompt, "output": spec.texts[0],
       "prompt_tokens": len(prompt), "new_tokens": int(s.new_tokens.sum()),
       "target_passes": int(s.target_passes.sum()), "draft_passes": int(s.draft_passes.sum()),
@@ -91,8 +100,9 @@ def run_card(config) -> dict:
     # differ in length when sampling).
     card["speedup"] = s.tokens_per_s / base.stats.tokens_per_s
     if draft is not None and config.get("explain", True):
-      card.update(pass_costs(target, draft, k, len(prompt), config.max_new_tokens,
-                             repeats=config.repeats))
+      if s.tree is None:  # a tree's pass and proposal are not timed apart
+        card.update(pass_costs(target, draft, k, len(prompt), config.max_new_tokens,
+                               repeats=config.repeats))
       # A round's time in target-alone steps, from the two timed runs themselves.
       per_round = s.wall_time_s / max(1, int(np.sum(s.rounds)))
       per_step = base.stats.wall_time_s / max(1, int(np.sum(base.stats.rounds)))
@@ -123,13 +133,18 @@ def speedup_note(c: dict) -> Optional[str]:
   if c.get("speedup") is None or c.get("round_in_steps") is None:
     return None
   k, tpp, rnd = c["k"], c["tokens_per_pass"], c["round_in_steps"]
-  verify = rnd * c["verify_share"]
-  text = (f"a round ({k} draft steps + one {k + 1}-token verify pass) took {rnd:.2f} "
-          f"target-alone steps of time here, {verify:.2f} of them the verify pass, and kept "
-          f"{tpp:.2f} tokens ({tpp:.2f} / {rnd:.2f} = {tpp / rnd:.2f})")
+  width = k + 1 if c.get("tree") is None else c["nodes_per_round"] + 1
+  if c.get("verify_share") is None:  # a tree: its pass is not timed apart
+    text = (f"a round (a tree of {width - 1} draft nodes, depth {k}, and one {width}-token "
+            f"verify pass) took {rnd:.2f} target-alone steps of time here")
+  else:
+    text = (f"a round ({k} draft steps + one {width}-token verify pass) took {rnd:.2f} "
+            f"target-alone steps of time here, {rnd * c['verify_share']:.2f} of them the "
+            "verify pass")
+  text += f", and kept {tpp:.2f} tokens ({tpp:.2f} / {rnd:.2f} = {tpp / rnd:.2f})"
   if c["speedup"] < 1:
     return (f"speedup below 1 = slower than the target alone: {text}; on this CPU a "
-            f"{k + 1}-token pass costs more than one 1-token step, so a round must keep more "
+            f"{width}-token pass costs more than one 1-token step, so a round must keep more "
             f"than {rnd:.2f} tokens to pay")
   return f"speedup above 1: {text}"
 
@@ -146,6 +161,10 @@ def format_card(c: dict) -> str:
       f"target               {c['target']}",
       f"draft                {c['draft']}",
       f"k                    {c['k']}{' (auto)' if c.get('k_auto') else ''}",
+      *([f"tree                 {c['tree'] or 'the chain'}"
+         f"{' (auto)' if c.get('tree_auto') else ''}, {c['nodes_per_round']} draft "
+         f"node{'s' if c['nodes_per_round'] != 1 else ''} per round"]
+        if c.get("tree") or c.get("tree_auto") else []),
       f"temperature          {c['temperature']}",
       f"new tokens           {c['new_tokens']}",
       f"target passes        {c['target_passes']} (prefill included)",

@@ -234,6 +234,6 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
           f"{e:.2f} tokens per pass, c(T)/c(1) at T = {t}: "
           f"{cost(t) / cs[0]:.2f}; finalists in the model's order, measured "
           f"tokens/s at batch {len(prompts)} over {len(batches) * len(batches[0])} "
-          f"prompts: {listed}", flush=True)
+          f"prompt{'s' if len(batches) * len(batches[0]) > 1 else ''}: {listed}", flush=True)
   _CHOSEN[(key, len(prompts))] = spec
   return spec
