@@ -23,10 +23,10 @@ import json
 import os
 import time
 
-import numpy as np
 
 import specjax
 from specjax.bench import prompts as prompts_lib
+from specjax.bench.common import merge_stats
 
 
 def main():
@@ -68,17 +68,13 @@ def main():
                                                          chat=True).tokens]
     outs = [specjax.generate(target, texts[c], args.max_new, draft=draft, k=d, chat=True,
                              tree=tree, temperature=temp, seed=0) for c in chunks]
-    s = outs[0].stats
-    new = np.concatenate([o.stats.new_tokens for o in outs])
-    rounds = np.concatenate([o.stats.rounds for o in outs])
-    checked = sum(o.stats.checked.sum(0) for o in outs)
-    accepted = sum(o.stats.accepted.sum(0) for o in outs)
-    tpp = float((new - 1).sum() / rounds.sum())
+    s = merge_stats([o.stats for o in outs])  # the batches' rows, in order
+    tpp = s.tokens_per_pass
     rec = {"temperature": temp, "k": d, "draft": draft, "tree": tree, "tree_str": s.tree,
            "nodes": s.nodes_per_round, "prompts": len(texts), "prompt_source": args.prompts,
            "batch": args.batch, "max_new": args.max_new, "tokens_per_pass": tpp,
-           "alpha_per_depth": [float(a / c) if c else None for a, c in zip(accepted, checked)],
-           "rows": [{"category": c, "new_tokens": int(new[b]), "rounds": int(rounds[b])}
+           "alpha_per_depth": s.to_dict()["per_position_acceptance"],
+           "rows": [{"category": c, "new_tokens": int(s.new_tokens[b]), "rounds": int(s.rounds[b])}
                     for b, c in enumerate(cats)],
            "identical_to_target": ([t for o in outs for t in o.tokens] == ref) if temp == 0
                                   else None}

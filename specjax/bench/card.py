@@ -79,7 +79,7 @@ def run_card(config) -> dict:
   k = s.k  # tree="auto" may choose a shallower tree, or a chain
   card = {
       "target": config.target, "draft": draft_label, "k": k, "k_auto": str(config.k) == "auto",
-      "tree": s.tree, "tree_auto": str(config.get("tree", "")).strip() == "auto",
+      "tree": s.tree, "tree_auto": tree == "auto",
       "nodes_per_round": s.nodes_per_round,
       "temperature": config.temperature, "prompt": config.prompt, "output": spec.texts[0],
       "prompt_tokens": len(prompt), "new_tokens": int(s.new_tokens.sum()),

@@ -154,17 +154,13 @@ _COMPILED: dict = {}
 @dataclasses.dataclass(frozen=True)
 class CompiledLoop:
   """The loop's two programs, compiled: the prefill (XLA's defaults: many rows per pass)
-  and the rounds (`pass_options` for their B x (k + 1) rows). Called like `loop.run`."""
+  and the rounds (`pass_options` for their B x (k + 1) rows)."""
   prefill: Any
   rounds: Any
 
-  def __call__(self, decoder, drafter, prompt, lens, max_new, key):
-    state = self.prefill(decoder, drafter, prompt, lens, max_new, key)
-    return self.rounds(decoder, drafter, state, lens, max_new)
-
   def timed(self, decoder, drafter, prompt, lens, max_new, key):
-    """Runs both programs, each to completion: (final state, prefill seconds, total
-    seconds). The closed form of a round's speed models the rounds alone."""
+    """Runs both programs as `loop.run` does, each to completion: (final state, prefill
+    seconds, total seconds). The closed form of a round's speed models the rounds alone."""
     start = time.perf_counter()
     state = jax.block_until_ready(self.prefill(decoder, drafter, prompt, lens, max_new, key))
     prefill_s = time.perf_counter() - start
