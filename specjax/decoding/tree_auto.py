@@ -141,8 +141,9 @@ def _calibration(k: int) -> tuple:
   return tuple(CALIBRATION[d] if d < len(CALIBRATION) else 1 for d in range(k))
 
 
-_ACCEPTANCE: dict = {}  # per target/draft/k/sampling: the calibration's per-rank acceptance
-_PROMPTS: dict = {}  # ... the prompts it was measured on (up to 4)
+# per target/draft/k/sampling: the calibration's per-rank acceptance, the lookup's gain and
+# the prompts they were measured on (up to 4)
+_ACCEPTANCE: dict = {}
 _CHOSEN: dict = {}  # ... and batch size: the chosen tree
 
 
@@ -202,10 +203,8 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
     if lookup:
       chain = generate(target, prompts[:4], max_new, draft=drafter, k=k, **sampled)
       gain = lookup_gain(accept, chain.stats.per_position_acceptance)
-    _ACCEPTANCE[key] = (accept, gain)
-    _PROMPTS[key] = list(prompts[:4])
-  accept, gain = _ACCEPTANCE[key]
-  calibration = _PROMPTS[key]
+    _ACCEPTANCE[key] = (accept, gain, list(prompts[:4]))
+  accept, gain, calibration = _ACCEPTANCE[key]
   context = max(8, min(len(p) for p in calibration))
   max_len = costs.cache_len(context, max_new, MAX_NODES)
   sizes = sorted({1, 2, 4, 8, 16, 32, MAX_NODES + 1, k + 1})
