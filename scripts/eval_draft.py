@@ -49,7 +49,7 @@ flags.DEFINE_integer("category_k", 4, "k of the per-category table.")
 flags.DEFINE_integer("max_new", 64, "New tokens per prompt.")
 flags.DEFINE_list("ks", [str(k) for k in range(1, 9)], "Draft lengths.")
 flags.DEFINE_list("temperatures", ["0", "1"], "Sampling temperatures.")
-flags.DEFINE_integer("speed_prompts", 6, "Prompts for the batch-1 speedup.")
+flags.DEFINE_integer("speed_prompts", 6, "Prompts for the batch-1 speedup (0: none).")
 flags.DEFINE_list("speed_ks", ["3", "4", "5"], "k values for the batch-1 speedup.")
 flags.mark_flags_as_required(["config"])
 
@@ -148,8 +148,10 @@ def main(argv):
   by_bucket = {}
   for p in prompts:
     by_bucket.setdefault(prompt_bucket(len(p)), []).append(p)
-  speed_set = data_lib.spread(max(by_bucket.values(), key=len), FLAGS.speed_prompts)
-  for temp in [float(t) for t in FLAGS.temperatures]:
+  # --speed_prompts=0 (or an empty --speed_ks): acceptance tables only.
+  speed_set = (data_lib.spread(max(by_bucket.values(), key=len), FLAGS.speed_prompts)
+               if FLAGS.speed_prompts > 0 and FLAGS.speed_ks else [])
+  for temp in [float(t) for t in FLAGS.temperatures] if speed_set else []:
     def wall(draft=None, k=4):
       specjax.generate(target, [speed_set[0]], FLAGS.max_new, draft=draft, k=k, temperature=temp)  # compile
       total, toks = 0.0, 0

@@ -516,7 +516,26 @@ def test_warm_start_from_an_asset_and_selection_on_generated_prompts(tmp_path, m
     jax.tree.map(np.testing.assert_array_equal, params[k], shipped[k])
   np.testing.assert_array_equal(params["head_vocab"], shipped["head_vocab"])
   assert not np.allclose(fresh["fc"]["kernel"], params["fc"]["kernel"])
-  for field, value, match in (("n_layers", 2, "layer"), ("head_vocab_size", 16, "head")):
+  # A deeper config grows the draft: the asset's block first, then an identity block, so
+  # the grown draft predicts exactly what the asset does until training moves it.
+  from specjax.models.feature_draft import feature_forward
+  deep = _tiny_config(seed=3, **{"data.teacher": "topk"})
+  deep.draft.kind, deep.draft.head_vocab_size, deep.draft.init_from = "feature", 40, asset
+  deep.draft.n_layers = summary["draft_cfg"].n_layers + 1
+  deep_cfg, grown, _ = pools_lib.prepare_draft(deep, str(tmp_path / "deep"), t, tp, log=lambda *_: None)
+  assert len(grown["layers"]) == deep_cfg.n_layers == len(shipped["layers"]) + 1
+  jax.tree.map(np.testing.assert_array_equal, grown["layers"][:-1], shipped["layers"])
+  assert not np.any(grown["layers"][-1]["mlp"]["down"]["kernel"])
+  assert np.any(grown["layers"][-1]["mlp"]["up"]["kernel"])
+  d = summary["draft_cfg"].d_model
+  feats = jax.random.normal(jax.random.PRNGKey(0), (2, 5, d))
+  toks = jax.random.randint(jax.random.PRNGKey(1), (2, 5), 1, 60)
+  want, _ = feature_forward(shipped, summary["draft_cfg"], feats, toks)
+  got, _ = feature_forward(grown, deep_cfg, feats, toks)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  # ... and a shallower one, or another head, is one clear error.
+  for field, value, match in (("n_layers", 0, "at most that many layers"),
+                              ("head_vocab_size", 16, "head")):
     bad = _tiny_config(seed=3, **{"data.teacher": "topk"})
     bad.draft.kind, bad.draft.head_vocab_size, bad.draft.init_from = "feature", 40, asset
     setattr(bad.draft, field, value)

@@ -148,17 +148,21 @@ def warm_start(config, target, params: dict) -> dict:
   """params with their trainable part replaced by the asset of `config.draft.init_from`
   (a draft shipped by `specjax.loading.asset.save_asset`), so a run continues from a
   trained draft instead of a fresh block. The asset must be the configured draft: same
-  kind, layers, feature layers and head vocabulary (`head_vocab_for` reads the latter)."""
+  kind, feature layers and head vocabulary (`head_vocab_for` reads the latter), and at most
+  as many layers. A deeper config grows the draft: the asset's blocks come first, and each
+  extra block starts as the identity (its attention and MLP output kernels zero, so the
+  residual stream passes through), so training starts from the asset's own predictions."""
   from specjax.loading.asset import load_asset
   from specjax.loading.hf import read_draft_meta
   path = init_asset(config)
   shipped = load_asset(path, target)  # the one read of the asset's tensors
   meta, cfg = read_draft_meta(path), shipped.cfg
   kind = "feature" if is_feature(config.draft) else "lm"
-  if meta.get("kind", "lm") != kind or cfg.n_layers != config.draft.n_layers:
+  if meta.get("kind", "lm") != kind or cfg.n_layers > config.draft.n_layers:
     raise ValueError(f"config.draft.init_from={path!r} is a {meta.get('kind', 'lm')} draft of "
                      f"{cfg.n_layers} layer(s), but the config trains a {kind} draft of "
-                     f"{config.draft.n_layers}; point it at a matching asset or unset it.")
+                     f"{config.draft.n_layers}; point it at a {kind} asset of at most that many "
+                     "layers or unset it.")
   want = feature_layers(config.draft, target.cfg.n_layers)
   have = tuple(meta["feature_layers"]) if "feature_layers" in meta else None
   if want != have:
@@ -166,9 +170,23 @@ def warm_start(config, target, params: dict) -> dict:
                      f"config {want or 'last'}; set draft.feature_layers to match or unset init_from.")
   out = dict(params)
   for k in trainable_keys(config.draft):
-    if k in shipped.params:
+    if k == "layers":
+      n = cfg.n_layers
+      grown = [identity_block(layer) for layer in params["layers"][n:]]
+      out[k] = jax.tree.map(lambda a, b: jnp.asarray(b, a.dtype), params[k][:n],
+                            shipped.params[k]) + grown
+    elif k in shipped.params:
       out[k] = jax.tree.map(lambda a, b: jnp.asarray(b, a.dtype), params[k], shipped.params[k])
   return out
+
+
+def identity_block(layer: dict) -> dict:
+  """A pre-norm residual block with its output kernels (attention `o`, MLP `down`) zeroed:
+  it adds nothing to the residual stream until training moves them."""
+  out = "proj" if "proj" in layer["mlp"] else "down"  # GPT-2 | Llama (specjax/models/params.py)
+  zero = lambda p: jax.tree.map(jnp.zeros_like, p)  # kernel and bias, where there is one
+  return {**layer, "attn": {**layer["attn"], "o": zero(layer["attn"]["o"])},
+          "mlp": {**layer["mlp"], out: zero(layer["mlp"][out])}}
 
 
 def head_vocab_for(config, counts: np.ndarray, always: Sequence[int]) -> Optional[np.ndarray]:

@@ -1,9 +1,14 @@
-"""The 1-layer vs 3-layer table from the two comparison workdirs' metrics.
+"""Side-by-side runs' table from their workdirs' metrics (the 1-layer vs 3-layer comparison
+by default; any runs with --runs=label=workdir,...).
 
     python experiments/distill_smollm2/compare/table.py --w=/tmp/e3 \
         --out=experiments/distill_smollm2/compare
+    python experiments/distill_smollm2/compare/table.py \
+        --runs="1 block=/work/train/selfgen2,2 blocks=/work/train/grow2" \
+        --out=experiments/distill_smollm2/selfgen2
 
-Copies each run's metrics.jsonl and config.json to OUT/l{1,3}/ and writes OUT/results.md:
+Copies each run's metrics.jsonl and config.json to OUT/<label>/ (the default runs: l1/, l3/)
+and writes OUT/results.md:
 per evaluation step, alpha and tokens per pass of the real engine (greedy, k = eval.k) on
 the selection prompts, teacher-forced agreement there, and the mean of the last 5 logged
 training losses before it; and the mean wall time of a training step.
@@ -16,6 +21,7 @@ import statistics
 from absl import app, flags
 
 flags.DEFINE_string("w", "/tmp/e3", "The comparison's root (workdirs l1/ and l3/).")
+flags.DEFINE_list("runs", None, "label=workdir pairs (default: 1-layer=W/l1, 3-layer=W/l3).")
 flags.DEFINE_string("out", None, "Where results.md and the copied metrics go.")
 flags.mark_flags_as_required(["out"])
 FLAGS = flags.FLAGS
@@ -33,10 +39,12 @@ def rows(workdir):
 
 def main(argv):
   del argv
+  runs = ([tuple(r.split("=", 1)) for r in FLAGS.runs] if FLAGS.runs else
+          [("1-layer", os.path.join(FLAGS.w, "l1")), ("3-layer", os.path.join(FLAGS.w, "l3"))])
   table, step_s = {}, {}
-  for n in (1, 3):
-    work = os.path.join(FLAGS.w, f"l{n}")
-    dst = os.path.join(FLAGS.out, f"l{n}")
+  for n, work in runs:
+    dst = os.path.join(FLAGS.out, os.path.basename(work) if not FLAGS.runs else
+                       n.replace(" ", "_"))
     os.makedirs(dst, exist_ok=True)
     for name in ("metrics.jsonl", "config.json"):
       if os.path.exists(os.path.join(work, name)):
@@ -58,18 +66,18 @@ def main(argv):
         prev_t = None  # the evaluation's time is not a training step's
     if times:
       step_s[n] = statistics.median(times) / log_every  # robust to a paused or resumed run
-  lines = ["Seconds per training step (median wall time between logged steps, evaluations excluded; "
-           "both runs side by side on one shared CPU): " + ", ".join(
-               f"{n}-layer {v:.1f}" for n, v in sorted(step_s.items())), "",
-           "| step | alpha 1-layer | alpha 3-layer | tokens/pass 1-layer | tokens/pass 3-layer | "
-           "agreement 1-layer | agreement 3-layer | loss 1-layer | loss 3-layer |",
-           "|---|---|---|---|---|---|---|---|---|"]
+  names = [n for n, _ in runs]
+  cols = [("alpha", "alpha", ".3f"), ("tokens/pass", "tpp", ".2f"), ("agreement", "agree", ".3f"),
+          ("loss", "loss", ".3f")]
+  lines = ["Seconds per training step (median wall time between logged steps, evaluations "
+           "excluded): " + ", ".join(f"{n} {step_s[n]:.1f}" for n in names if n in step_s), "",
+           "| step | " + " | ".join(f"{c} {n}" for c, _, _ in cols for n in names) + " |",
+           "|---|" + "---|" * (len(cols) * len(names))]
   f = lambda d, n, k, fmt: format(d[n][k], fmt) if n in d else "-"
   for step in sorted(table):
     d = table[step]
-    lines.append(f"| {step} | {f(d, 1, 'alpha', '.3f')} | {f(d, 3, 'alpha', '.3f')} | "
-                 f"{f(d, 1, 'tpp', '.2f')} | {f(d, 3, 'tpp', '.2f')} | {f(d, 1, 'agree', '.3f')} | "
-                 f"{f(d, 3, 'agree', '.3f')} | {f(d, 1, 'loss', '.3f')} | {f(d, 3, 'loss', '.3f')} |")
+    lines.append(f"| {step} | " + " | ".join(f(d, n, k, fmt) for _, k, fmt in cols for n in names)
+                 + " |")
   text = "\n".join(lines) + "\n"
   with open(os.path.join(FLAGS.out, "results.md"), "w", encoding="utf-8") as fh:
     fh.write(text)
