@@ -11,6 +11,11 @@ counts; compile excluded). Tokens/s is summed over the prompts. Also checks that
 setting's tokens equal the target alone's. Writes <out>.json and <out>.md, which compare
 tree="auto" with the best chain of depth <= --k (its own choices) and with the best chain
 timed (`--report_only` rebuilds them from <out>.json).
+Choosing the best chain and measuring it on the same timings favours the chains (the
+fastest of several noisy rows is biased upwards), so with `--repeats` >= 2 the record
+also holds a cross-validated ratio: the rounds split into even and odd, the best chain
+chosen on one half and tree="auto" compared with it on the other, both ways, and each
+setting's half-to-half spread, the run's own noise.
 With `--lookup=+ngram:3` the drafter is the draft with prompt lookup (chains lookup-first,
 trees with a lookup chain beside them) and the draft's own chains are timed as well; the
 best chain is the fastest of all of them.
@@ -77,6 +82,7 @@ def main():
   chosen = specjax.generate(target, prompts[:1], args.max_new, **settings[auto_name])
   calibration_s = time.perf_counter() - start
   best, ref = {}, {}
+  walls = {name: [[] for _ in prompts] for name in settings}  # [setting][prompt][round] seconds
   for name, kw in settings.items():  # compile every setting and prompt length first
     for i, p in enumerate(prompts):
       specjax.generate(target, [p], args.max_new, **kw)
@@ -87,6 +93,7 @@ def main():
         if name == "target":
           ref[i] = out.tokens
         same = out.tokens == ref.get(i, out.tokens)
+        walls[name][i].append(out.stats.wall_time_s)
         prev = best.get((name, i))
         if prev is None or out.stats.wall_time_s < prev[0]:
           best[(name, i)] = (out.stats.wall_time_s, int(out.stats.new_tokens.sum()),
@@ -98,7 +105,8 @@ def main():
     tpp = [best[(name, i)][2] for i in range(len(prompts))]
     rows.append({"setting": name, "tokens_per_s": new / wall, "wall_s": wall, "new_tokens": new,
                  "tokens_per_pass": sum(tpp) / len(tpp),
-                 "same_tokens_as_target": all(best[(name, i)][3] for i in range(len(prompts)))})
+                 "same_tokens_as_target": all(best[(name, i)][3] for i in range(len(prompts))),
+                 "walls": walls[name]})
   r = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
        "k": args.k, "draft": args.draft + args.lookup, "repeats": args.repeats,
        "auto_tree": chosen.stats.tree or f"the chain at k={chosen.stats.k}",
@@ -108,6 +116,31 @@ def main():
 
 def _depth(setting: str) -> int:
   return int(setting.split("k=")[1].split(",")[0])
+
+
+def _half_rate(row: dict, rounds) -> float:
+  """Tokens/s of one setting over the given timing rounds (fastest of them per prompt)."""
+  return row["new_tokens"] / sum(min(w[j] for j in rounds) for w in row["walls"])
+
+
+def cross_validated(rows: list, k: int) -> dict | None:
+  """tree="auto" against the best chain of depth <= k, the chain chosen on one half of the
+  rounds (even or odd) and both measured on the other; None without per-round timings."""
+  if not all(len(w) >= 2 for row in rows for w in row.get("walls", [[]])):
+    return None
+  n = len(rows[0]["walls"][0])
+  halves = [range(0, n, 2), range(1, n, 2)]
+  chains = [row for row in rows if row["setting"].startswith("chain") and _depth(row["setting"]) <= k]
+  auto = next(row for row in rows if row["setting"].startswith("tree=auto"))
+  folds = []
+  for pick, measure in (halves, halves[::-1]):
+    chosen = max(chains, key=lambda row: _half_rate(row, pick))
+    folds.append({"chain": chosen["setting"],
+                  "auto_over_chain": _half_rate(auto, measure) / _half_rate(chosen, measure)})
+  spread = {row["setting"]: _half_rate(row, halves[0]) / _half_rate(row, halves[1]) for row in rows}
+  return {"folds": folds, "mean": sum(f["auto_over_chain"] for f in folds) / 2,
+          "half_to_half": spread,
+          "max_half_to_half_deviation": max(abs(1 - v) for v in spread.values())}
 
 
 def report(r: dict) -> tuple:
@@ -137,6 +170,15 @@ def report(r: dict) -> tuple:
             f"{r['prompts']} prompts of {r['prompt_source']!r} (one per category), batch 1, "
             f"{r['max_new']} greedy new tokens, fastest of {r.get('repeats', 2)}; drafter "
             f"{r['draft']!r}."]
+  cv = cross_validated(rows, r["k"])
+  if cv:
+    r["cross_validated"] = cv
+    folds = "; ".join(f"{f['chain']} chosen on one half, {f['auto_over_chain']:.2f}x on the other"
+                      for f in cv["folds"])
+    lines += ["", f"Cross-validated (best chain of depth <= {r['k']} chosen on the even rounds, "
+              f"measured on the odd, and the other way): tree=auto / that chain {cv['mean']:.2f}x "
+              f"({folds}). The same setting's two halves differ by up to "
+              f"{100 * cv['max_half_to_half_deviation']:.0f}%."]
   return r, "\n".join(lines)
 
 
