@@ -153,6 +153,12 @@ def test_auto_tree_choice():
       tree_auto.TreeSpec.static(b).n_nodes + 1))
       for d in (1, 2, 3) for b in tree_auto.candidates(d, (4, 2, 2)[:d])}
   assert best[0] == max(rates, key=rates.get) and len(set(map(len, rates))) == 3
+  # The shortlist: the model's best two branching trees and every chain, whatever the
+  # model predicts for the chains (here the deepest chain ranks below many trees).
+  ranking = tree_auto.ranked(accept, lambda t: 1.0, 0.0, 3, calibration=(4, 2, 2))
+  listed = [c[0] for c in tree_auto.shortlist(ranking)]
+  assert sorted(b for b in listed if max(b) == 1) == [(1,), (1, 1), (1, 1, 1)]
+  assert [b for b in listed if max(b) > 1] == [c[0] for c in ranking if max(c[0]) > 1][:2]
 
 
 def test_auto_tree_times_finalists_on_every_calibration_batch():

@@ -25,8 +25,9 @@ The model leaves out what a round costs beyond the target pass and plain draft s
 (tree masks, the accepted path's gather, several draft rows per depth); on the 2-core
 CPU it over-predicted a 15-node tree by about a third against the chain
 (`experiments/trees/README.md`). So the model only shortlists: its best `FINALISTS`
-trees and best `FINALISTS` chains are then timed at the caller's batch size on the
-calibration prompts (`time_finalists`: round-robin, so drift hits all alike, each
+trees and every chain of depth 1..k (so the choice is never a chain the model merely
+mispredicted: chains within a few per cent of each other are ranked by measurement) are
+then timed at the caller's batch size on the calibration prompts (`time_finalists`: round-robin, so drift hits all alike, each
 finalist's fastest of two rounds per batch, compile excluded) and the fastest measured
 is chosen. Timing on all the calibration prompts, not only the caller's current batch,
 keeps one unusual prompt from deciding the tree for the rest.
@@ -50,7 +51,7 @@ from specjax.decoding.tree import TreeSpec
 
 CALIBRATION = (4, 2, 2, 2, 1, 1, 1, 1)  # branching per depth of the calibration tree
 MAX_NODES = 64
-FINALISTS = 2  # trees and chains each, shortlisted by the model, then timed
+FINALISTS = 2  # branching trees shortlisted by the model, then timed beside every chain
 
 
 def expected_tokens(branching: Sequence[int], accept: Sequence[Sequence[Optional[float]]]) -> float:
@@ -131,9 +132,11 @@ def lookup_gain(accept, lookup_chain_acceptance: Sequence[float]) -> list:
 
 
 def shortlist(ranking: list, n: int = FINALISTS) -> list:
-  """The best n branching trees and the best n chains of a `ranked` list."""
+  """The best n branching trees and every chain of a `ranked` list, in the model's order.
+  (With the best two chains only, the model once left out the chain that measured
+  fastest: `experiments/trees/README.md`, "Cross-validated".)"""
   trees = [c for c in ranking if max(c[0]) > 1][:n]
-  chains = [c for c in ranking if max(c[0]) == 1][:n]
+  chains = [c for c in ranking if max(c[0]) == 1]
   return sorted(trees + chains, key=lambda c: -c[2])
 
 
