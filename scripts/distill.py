@@ -25,6 +25,8 @@ flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data pools 
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host).")
 flags.DEFINE_integer("stop_at", None, "End this call after that step (a resumable chunk; "
                      "make it a multiple of config.ckpt_every so the chunk ends saved).")
+flags.DEFINE_float("max_seconds", None, "Wall-clock budget of this call, set-up included: the "
+                   "first step past it is evaluated and saved, then the call ends (resumable).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -68,7 +70,8 @@ def main(argv):
   print(f"Target {target.name}, {n_train} train / {len(heldout_prompts)} held-out "
         f"prompts, {jax.device_count()} devices.", flush=True)
   summary = train(config, workdir, target, train_prompts, heldout_prompts,
-                  log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at)
+                  log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at,
+                  max_seconds=FLAGS.max_seconds)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
       json.dump({k: summary[k] for k in ("metrics", "latest_step", "best_step")}, f, indent=2)

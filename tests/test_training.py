@@ -169,6 +169,27 @@ def test_resume_equals_uninterrupted(tmp_path):
                              rtol=1e-6)
 
 
+def test_out_of_time_saves_and_resumes(tmp_path):
+  """max_seconds=0: the first step is past the budget, so the call evaluates, saves
+  (latest and best) and returns; a rerun resumes there and ends with the losses of an
+  uninterrupted run."""
+  from specjax.training import read_metrics, train
+  c = _tiny_config(num_steps=6, ckpt_every=100, **{"eval.every": 100})
+  t, tp, hp = _toy(c)
+  train(c, str(tmp_path / "a"), t, tp, hp, progress=False)
+  train(c, str(tmp_path / "b"), t, tp, hp, progress=False, max_seconds=0.0)
+  assert os.listdir(tmp_path / "b" / "checkpoints") == ["1"]
+  evals = [r["step"] for r in read_metrics(str(tmp_path / "b")) if "alpha" in r
+           or "heldout_top1_agree" in r]
+  assert evals == [0, 1]
+  train(c, str(tmp_path / "b"), t, tp, hp, progress=False)
+  la = {r["step"]: r["loss"] for r in read_metrics(str(tmp_path / "a")) if "loss" in r}
+  lb = {r["step"]: r["loss"] for r in read_metrics(str(tmp_path / "b")) if "loss" in r}
+  assert sorted(lb) == list(range(1, 7))
+  np.testing.assert_allclose([lb[s] for s in range(1, 7)], [la[s] for s in range(1, 7)],
+                             rtol=1e-6)
+
+
 _DEVICE_SCRIPT = r"""
 import json, sys
 sys.path.insert(0, {root!r})

@@ -21,6 +21,7 @@ pure function of (seed, s) and the pools are saved in the workdir.
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -63,13 +64,19 @@ def _step_fn(config, draft_cfg, target, tx, schedule):
 
 
 def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
-          log: Callable = print, progress: bool = True, stop_at: Optional[int] = None) -> dict:
+          log: Callable = print, progress: bool = True, stop_at: Optional[int] = None,
+          max_seconds: Optional[float] = None) -> dict:
   """Distils `target` into the configured draft in `workdir` (resuming if it holds a
   checkpoint). Returns a summary dict (last metrics, best step, draft cfg and params).
 
   stop_at: end this call right after that step without a final save, as if the process
   were killed there (tests of resumption; chunked runs with ckpt_every dividing it).
+  max_seconds: a wall-clock budget for this call (set-up included) for a lease of fixed
+  length: the first step that ends past it is evaluated and saved (latest and, by its
+  alpha, best) and the call returns; rerunning resumes from there. The schedule still
+  spans config.num_steps, so size num_steps to the time at hand.
   """
+  started = time.monotonic()
   os.makedirs(workdir, exist_ok=True)
   _check(config)
   d, ev = config.data, config.eval
@@ -118,21 +125,25 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
     batch = sharding_lib.shard_batch(pools.batch_at(step, full(state), state.rng), mesh)
     state, metrics = train_step(state, frozen, target_params, batch)
     done = step + 1
-    if done % config.log_every == 0 or done == config.num_steps:
+    out_of_time = max_seconds is not None and time.monotonic() - started > max_seconds
+    if done % config.log_every == 0 or done == config.num_steps or out_of_time:
       last = {k: float(v) for k, v in jax.device_get(metrics).items()}
       writer.write(done, last)
       if bar is not None:
         bar.set_postfix(loss=f"{last['loss']:.4f}")
-    if ev.every and (done % ev.every == 0 or done == config.num_steps):
+    if ev.every and (done % ev.every == 0 or done == config.num_steps or out_of_time):
       m = run_eval()
       writer.write(done, m)
       last.update(m)
       log(f"step {done}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items()))
       ckpt.save_best(done, state, m.get("alpha", m["heldout_top1_agree"]))
-    if done % config.ckpt_every == 0 or done == config.num_steps:
+    if done % config.ckpt_every == 0 or done == config.num_steps or out_of_time:
       ckpt.save(done, state)
     if bar is not None:
       bar.update(1)
+    if out_of_time:
+      log(f"Out of time ({max_seconds:.0f} s) after step {done}: saved; rerun to resume.")
+      break
     if stop_at is not None and done >= stop_at:
       break
   if bar is not None:
