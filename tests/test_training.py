@@ -568,6 +568,24 @@ def test_warm_start_from_an_asset_and_selection_on_generated_prompts(tmp_path, m
   want, _ = feature_forward(shipped, summary["draft_cfg"], feats, toks)
   got, _ = feature_forward(grown, deep_cfg, feats, toks)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  # A last-layer asset grows to EAGLE-3 features: fc_layers reads the last layer alone at
+  # first, so the grown draft predicts what the asset does from any earlier layers' values.
+  wide = _tiny_config(seed=3, **{"data.teacher": "topk"})
+  wide.draft.kind, wide.draft.head_vocab_size, wide.draft.init_from = "feature", 40, asset
+  wide.draft.feature_layers = (0, -1)
+  t2 = toy.toy_target(seed=c.seed, **{**c.toy, "n_layers": 2})  # a target with two layers
+  wide_cfg, widened, _ = pools_lib.prepare_draft(wide, str(tmp_path / "wide"), t2, tp,
+                                                 log=lambda *_: None)
+  assert widened["fc_layers"]["kernel"].shape == (2 * d, d)
+  jax.tree.map(np.testing.assert_array_equal, widened["layers"], shipped["layers"])
+  early = 10.0 * jax.random.normal(jax.random.PRNGKey(2), (2, 5, d))
+  want2, _ = feature_forward(load_asset(asset, t2).params, summary["draft_cfg"], feats, toks)
+  got, _ = feature_forward(widened, wide_cfg, jnp.concatenate([early, feats], -1), toks)
+  np.testing.assert_allclose(got, want2, rtol=1e-5, atol=1e-5)
+  kernel = widened["fc_layers"]["kernel"]  # control: nonzero early rows read `early`
+  moved = {**widened, "fc_layers": {"kernel": kernel.at[:d].set(0.1 * jnp.ones((d, d)))}}
+  off, _ = feature_forward(moved, wide_cfg, jnp.concatenate([early, feats], -1), toks)
+  assert not np.allclose(off, want2, atol=1e-3)
   # ... and a shallower one, or another head, is one clear error.
   for field, value, match in (("n_layers", 0, "at most that many layers"),
                               ("head_vocab_size", 16, "head")):

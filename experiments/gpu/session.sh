@@ -2,8 +2,9 @@
 # One accelerator lease, one prepared script (about 9.5 minutes on one H200):
 #   A. self-generated pairs from the embedded target (scripts/generate_data.py, GPU-sized
 #      shards; resumable, so a stage cut by its timeout keeps every finished shard);
-#   B. the shipped draft continued on them (configs/distill_smollm2_gpu.py with 1-layer
-#      features and init_from the shipped asset, bfloat16, batch 128 as 2 micro-batches;
+#   B. the shipped draft continued on them (configs/distill_smollm2_gpu.py with init_from
+#      the shipped asset, its 1-layer features or LAYERS='(2,15,29)' grown from them,
+#      bfloat16, batch 128 as 2 micro-batches;
 #      scripts/distill.py --max_seconds ends it evaluated and saved);
 #   C. its asset, and before/after on the evaluation set (scripts/eval_draft.py, k = 4);
 #   D. batch-1 speed of chains, trees and tree="auto" (experiments/trees/speed.py).
@@ -41,7 +42,8 @@ else
   EVAL="--num_prompts=48 --max_new=64"
   SPEED="--max_new=64 --max_chain=4 --k=4 --trees=static:2,2,1,1;dynamic:16;dynamic:32 --repeats=2"
 fi
-DRAFT_FLAGS="--config.draft.feature_layers=(-1,) --config.draft.init_from=smollm2-135m-draft
+LAYERS=${LAYERS:-(-1,)}  # target layers read; (2,15,29) grows the shipped draft to EAGLE-3 features
+DRAFT_FLAGS="--config.draft.feature_layers=$LAYERS --config.draft.init_from=smollm2-135m-draft
              --config.data.generated_dir=$DATA"
 
 log "devices: $($PY -c 'import jax; print(jax.devices())' 2>&1 | tail -1)"

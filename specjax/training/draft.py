@@ -151,7 +151,9 @@ def warm_start(config, target, params: dict) -> dict:
   kind, feature layers and head vocabulary (`head_vocab_for` reads the latter), and at most
   as many layers. A deeper config grows the draft: the asset's blocks come first, and each
   extra block starts as the identity (its attention and MLP output kernels zero, so the
-  residual stream passes through), so training starts from the asset's own predictions."""
+  residual stream passes through), so training starts from the asset's own predictions.
+  Likewise a last-layer asset grows to several feature layers (EAGLE-3): its fc_layers
+  start as zeros for the earlier layers and the identity for the last."""
   from specjax.loading.asset import load_asset
   from specjax.loading.hf import read_draft_meta
   path = init_asset(config)
@@ -165,10 +167,15 @@ def warm_start(config, target, params: dict) -> dict:
                      "layers or unset it.")
   want = feature_layers(config.draft, target.cfg.n_layers)
   have = tuple(meta["feature_layers"]) if "feature_layers" in meta else None
-  if want != have:
+  widen = have is None and want is not None  # a last-layer draft grown to EAGLE-3 features
+  if want != have and not widen:
     raise ValueError(f"config.draft.init_from={path!r} reads target layers {have or 'last'}, the "
                      f"config {want or 'last'}; set draft.feature_layers to match or unset init_from.")
   out = dict(params)
+  if widen:  # fc_layers [L*D, D] = [0; ...; 0; I]: it reads the last layer alone, as the asset
+    kernel = params["fc_layers"]["kernel"]
+    d = kernel.shape[1]
+    out["fc_layers"] = {"kernel": jnp.zeros_like(kernel).at[-d:].set(jnp.eye(d, dtype=kernel.dtype))}
   for k in trainable_keys(config.draft):
     if k == "layers":
       n = cfg.n_layers
