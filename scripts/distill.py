@@ -5,7 +5,8 @@
     python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/d --config.mesh=2,4
 
 Rerunning the same command on the same workdir resumes from the newest checkpoint;
---stop_at=N ends a call after step N (train in chunks).
+--stop_at=N ends a call after step N (train in chunks); --max_seconds=S ends it at the first
+step past S seconds of wall time, evaluated and saved (a lease of fixed length).
 The workdir receives config.json, metrics.jsonl, TensorBoard events (tb/), the
 sampled data pools (data/), checkpoints/ (latest) and best/ (highest held-out alpha),
 and summary.json at the end. Add --distributed on a multi-host TPU/GPU job to call
