@@ -92,10 +92,16 @@ def main(argv):
   from specjax.bench import common, prompts as prompts_lib
   from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
-  from specjax.training.train import init_draft, prepare_draft, restore_draft
+  from specjax.training.checkpoints import CheckpointError
+  from specjax.training.train import init_draft, prepare_draft, require_checkpoint, restore_draft
   config = FLAGS.config
   if not FLAGS.asset and not FLAGS.workdir:
     raise app.UsageError("Pass --asset=DIR (a draft asset) or --workdir=DIR (a distillation run).")
+  if not FLAGS.asset:
+    try:  # a workdir without a trained draft: one line, before any model loads or pool is sampled
+      require_checkpoint(FLAGS.workdir, best=True)
+    except CheckpointError as e:
+      sys.exit(f"error: {e}")
   try:  # a bad prompts source or file: one line, before any model loads
     rows = prompts_lib.spread_by_category(prompts_lib.select(FLAGS.prompts, 0), FLAGS.num_prompts)
   except ValueError as e:

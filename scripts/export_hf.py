@@ -12,6 +12,7 @@ draft reads the target's hidden states and has no transformers form).
 Takes the best-alpha checkpoint (--nobest: the latest).
 """
 import os
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -31,11 +32,15 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  from specjax.training.checkpoints import CheckpointError
   from specjax.training.export import export_checkpoint
   config = FLAGS.config
-  out = export_checkpoint(config, FLAGS.workdir, asset=FLAGS.asset, hf_dir=FLAGS.hf_dir,
-                          best=FLAGS.best, config_file=os.path.relpath(
-                              config_flags.get_config_filename(FLAGS["config"])))
+  try:
+    out = export_checkpoint(config, FLAGS.workdir, asset=FLAGS.asset, hf_dir=FLAGS.hf_dir,
+                            best=FLAGS.best, config_file=os.path.relpath(
+                                config_flags.get_config_filename(FLAGS["config"])))
+  except CheckpointError as e:
+    sys.exit(f"error: {e}")
   for key in ("asset", "hf_dir"):
     if out[key]:
       print(f"{key}: {out[key]} (checkpoint step {out['step']})")

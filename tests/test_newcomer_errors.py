@@ -166,6 +166,20 @@ def test_help_lists_the_config_fields_with_defaults(script, flags, field, defaul
   assert default in text, proc.stdout
 
 
+@pytest.mark.parametrize("script", ["export_hf.py", "eval_draft.py"])
+def test_workdir_without_a_checkpoint_is_one_line(tmp_path, script):
+  """A workdir no run has trained in: one line naming it and what to do, before any pool
+  is sampled into it."""
+  work = tmp_path / "not_a_run"
+  proc = _script(script, "--config=configs/distill_tiny.py", f"--workdir={work}",
+                 *(["--asset=" + str(tmp_path / "a")] if script == "export_hf.py" else []))
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: --workdir="), proc.stderr
+  assert "holds no best checkpoint" in lines[0] and "scripts/distill.py" in lines[0]
+  assert not work.exists()  # nothing was written there
+
+
 def test_missing_config_file_is_one_line():
   proc = _script("speculate.py", "--config=configs/no_such_config.py")
   assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -37,8 +37,13 @@ if [ -n "${SMALL:-}" ]; then  # toy sizes: the script's own dry run
   SPEED="--max_new=8 --max_chain=2 --k=2 --trees=dynamic:4 --repeats=1"
 else
   T_GEN=${T_GEN:-120} T_TRAIN=${T_TRAIN:-215} T_EVAL=${T_EVAL:-65} T_SPEED=${T_SPEED:-120}
-  GEN="--config.num_pairs=100000 --config.shard_size=2048 --config.batch_size=1024 --config.response_max_new=128"
-  TRAIN="--config.num_steps=600 --config.eval.every=200 --config.ckpt_every=200 --config.data.sample_batch_size=256"
+  # seed 2: prompts neither self-generated round (seeds 0 and 1) drew, so the shipped draft
+  # has not seen them; checkpoints are selected on this cache's own selection split, which
+  # the shipped draft has not seen either (the training split's prompts it has)
+  GEN="--config.seed=2 --config.num_pairs=100000 --config.shard_size=2048 --config.batch_size=1024
+       --config.response_max_new=128"
+  TRAIN="--config.num_steps=600 --config.eval.every=200 --config.ckpt_every=200 --config.data.sample_batch_size=256
+         --config.eval.select=generated --config.eval.select_prompts=64"
   EVAL="--num_prompts=48 --max_new=64"
   SPEED="--max_new=64 --max_chain=4 --k=4 --trees=static:2,2,1,1;dynamic:16;dynamic:32 --repeats=2"
 fi

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from specjax.training import draft as draft_lib
 from specjax.training import sharding as sharding_lib
-from specjax.training.checkpoints import Checkpointer
+from specjax.training.checkpoints import CheckpointError, Checkpointer
 from specjax.training.draft import init_draft  # noqa: F401 - re-exported for scripts
 from specjax.training.evaluate import (MetricsWriter, engine_eval, evaluate,  # noqa: F401
                                        heldout_agreement, read_metrics)
@@ -155,9 +155,21 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
   return summary
 
 
+def require_checkpoint(workdir: str, best: bool = True) -> None:
+  """Raises CheckpointError (one line saying what to do) unless `workdir` holds a best (or
+  latest) checkpoint; cheap, so callers check before loading a target or sampling pools."""
+  kind = "best" if best else "checkpoints"
+  path = os.path.join(workdir, kind)
+  if not (os.path.isdir(path) and any(d.isdigit() for d in os.listdir(path))):
+    raise CheckpointError(f"--workdir={workdir} holds no {'best' if best else 'latest'} checkpoint "
+                          f"({path}/ has none): train there first (scripts/distill.py "
+                          f"--workdir={workdir}) or point --workdir at a distillation run.")
+
+
 def restore_draft(config, workdir: str, target, train_prompts, best: bool = True,
                   with_step: bool = False):
   """The trained draft (cfg, full params) of a workdir: best-alpha (or latest) checkpoint."""
+  require_checkpoint(workdir, best)
   draft_cfg, draft_params, _ = prepare_draft(config, workdir, target, train_prompts,
                                              log=lambda *_: None)
   trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
