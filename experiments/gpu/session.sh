@@ -45,7 +45,7 @@ else
   TRAIN="--config.num_steps=600 --config.eval.every=200 --config.ckpt_every=200 --config.data.sample_batch_size=256
          --config.eval.select=generated --config.eval.select_prompts=64"
   EVAL="--num_prompts=48 --max_new=64"
-  SPEED="--max_new=64 --max_chain=4 --k=4 --trees=static:2,2,1,1;dynamic:16;dynamic:32 --repeats=2"
+  SPEED="--max_new=64 --max_chain=4 --k=4 --trees=dynamic:16;dynamic:32 --repeats=2"
 fi
 LAYERS=${LAYERS:-(-1,)}  # target layers read; (2,15,29) grows the shipped draft to EAGLE-3 features
 DRAFT_FLAGS="--config.draft.feature_layers=$LAYERS --config.draft.init_from=smollm2-135m-draft
