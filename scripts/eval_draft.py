@@ -92,8 +92,8 @@ def main(argv):
   from specjax.bench import common, prompts as prompts_lib
   from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
-  from specjax.training.checkpoints import CheckpointError
-  from specjax.training.train import init_draft, prepare_draft, require_checkpoint, restore_draft
+  from specjax.training.checkpoints import CheckpointError, require_checkpoint
+  from specjax.training.train import init_draft, prepare_draft, restore_draft
   config = FLAGS.config
   if not FLAGS.asset and not FLAGS.workdir:
     raise app.UsageError("Pass --asset=DIR (a draft asset) or --workdir=DIR (a distillation run).")

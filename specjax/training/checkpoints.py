@@ -124,6 +124,20 @@ def _loops_drain_on_close():
       asyncio.set_event_loop_policy(base)
 
 
+LATEST_DIR, BEST_DIR = "checkpoints", "best"  # under the workdir, one <step>/ each save
+
+
+def require_checkpoint(workdir: str, best: bool = True) -> None:
+  """Raises CheckpointError (one line saying what to do) unless `workdir` holds a best (or
+  latest) checkpoint. Reads the directory only (opening a Checkpointer would create it), so
+  callers check before they load a target or sample pools into a directory that is no run."""
+  path = os.path.join(workdir, BEST_DIR if best else LATEST_DIR)
+  if not (os.path.isdir(path) and any(d.isdigit() for d in os.listdir(path))):
+    raise CheckpointError(f"--workdir={workdir} holds no {'best' if best else 'latest'} checkpoint "
+                          f"({path}/ has none): train there first (scripts/distill.py "
+                          f"--workdir={workdir}) or point --workdir at a distillation run.")
+
+
 class Checkpointer:
   """Latest-state and best-alpha CheckpointManagers under one workdir."""
 
@@ -131,10 +145,10 @@ class Checkpointer:
     self.workdir = os.path.abspath(workdir)
     sync = dict(enable_async_checkpointing=False)
     self.latest = ocp.CheckpointManager(
-        os.path.join(self.workdir, "checkpoints"),
+        os.path.join(self.workdir, LATEST_DIR),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, **sync))
     self.best = ocp.CheckpointManager(
-        os.path.join(self.workdir, "best"),
+        os.path.join(self.workdir, BEST_DIR),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=1, best_fn=lambda m: m["alpha"], best_mode="max",
             keep_checkpoints_without_metrics=False, **sync))

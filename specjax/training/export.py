@@ -28,7 +28,8 @@ def export_checkpoint(config, workdir: str, asset: Optional[str] = None,
   Returns {"step": checkpoint step, "asset": path or None, "hf_dir": path or None}.
   """
   from specjax.training.setup import setup_target
-  from specjax.training.train import require_checkpoint, restore_draft
+  from specjax.training.checkpoints import require_checkpoint
+  from specjax.training.train import restore_draft
   require_checkpoint(workdir, best)  # before the target loads and the pools are sampled
   target, train_prompts, _ = setup_target(config)
   cfg, params, step = restore_draft(config, workdir, target, train_prompts, best=best,

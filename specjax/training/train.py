@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from specjax.training import draft as draft_lib
 from specjax.training import sharding as sharding_lib
-from specjax.training.checkpoints import CheckpointError, Checkpointer
+from specjax.training.checkpoints import Checkpointer, require_checkpoint
 from specjax.training.draft import init_draft  # noqa: F401 - re-exported for scripts
 from specjax.training.evaluate import (MetricsWriter, engine_eval, evaluate,  # noqa: F401
                                        heldout_agreement, read_metrics)
@@ -153,17 +153,6 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
              "draft_cfg": draft_cfg, "draft_params": jax.device_get(full(state))}
   ckpt.close()
   return summary
-
-
-def require_checkpoint(workdir: str, best: bool = True) -> None:
-  """Raises CheckpointError (one line saying what to do) unless `workdir` holds a best (or
-  latest) checkpoint; cheap, so callers check before loading a target or sampling pools."""
-  kind = "best" if best else "checkpoints"
-  path = os.path.join(workdir, kind)
-  if not (os.path.isdir(path) and any(d.isdigit() for d in os.listdir(path))):
-    raise CheckpointError(f"--workdir={workdir} holds no {'best' if best else 'latest'} checkpoint "
-                          f"({path}/ has none): train there first (scripts/distill.py "
-                          f"--workdir={workdir}) or point --workdir at a distillation run.")
 
 
 def restore_draft(config, workdir: str, target, train_prompts, best: bool = True,
