@@ -31,6 +31,11 @@ _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="specjax-tests-jax-cache-")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+# float32 products in float32 on every backend: on a GPU jax's default runs them in
+# TF32 (10 mantissa bits), and the numerics tests, which compare two float32 paths to
+# 1e-4, failed there by 3e-3 (experiments/gpu/README.md, the 2026-12-04 lease); the CPU
+# computes them in float32 either way.
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 

@@ -319,14 +319,16 @@ def _chat_ids(target):
 
 
 @pytest.mark.real_model
-def test_shipped_default_draft_greedy_output_equals_target_alone():
-  """The default draft (a feature draft) loads by name and is exact on the embedded target."""
+@pytest.mark.parametrize("name", ["smollm2-135m-draft", "smollm2-135m-draft-gpu"])
+def test_shipped_feature_draft_greedy_output_equals_target_alone(name):
+  """The default draft (a feature draft), and its GPU-continued variant, load by name and
+  are exact on the embedded target."""
   import specjax
   from specjax.loading import load_model
   from specjax.training import export
-  asset = _shipped("smollm2-135m-draft")
+  asset = _shipped(name)
   target = load_model("smollm2-135m")
-  draft = load_model("smollm2-135m-draft", target=target)
+  draft = load_model(name, target=target)
   assert "fc" in draft.params and "head_vocab" in draft.params
   assert draft.cfg.n_layers < target.cfg.n_layers
   ids = _chat_ids(target)

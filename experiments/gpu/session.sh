@@ -12,9 +12,16 @@
 # are packed into $OUT after each stage. From the repository root:
 #     OUT=/tmp/gpu_out bash experiments/gpu/session.sh
 # SMALL=1 runs the same stages at toy sizes (a CPU dry run of the script itself).
+# STAGES="A B" runs only those stages (a lease split over calls: the machine keeps /tmp
+# between calls while it is warm, so $W and the compilation cache carry over).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# XLA's compiles took most of the 2026-12-04 lease (README); programs compiled by one
+# stage or call are read back by the next from this persistent cache
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
+STAGES=${STAGES:-A B C D}
+run_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu_out}
 W=${W:-/tmp/gpu_session}
@@ -25,6 +32,9 @@ pack() {  # the run's small files, and the new asset, into $OUT (8 files at most
   tar -czf "$OUT/results.tar.gz" -C "$W" --exclude='checkpoints' --exclude='best' \
       --exclude='data/*.npz' --exclude='train/data' --exclude='asset' . 2>/dev/null
   [ -d "$W/asset" ] && tar -cf "$OUT/asset.tar" -C "$W" asset
+  # the pairs themselves (token ids, a few MB), apart, so a file too large to return
+  # loses only them
+  ls "$DATA"/*.npz > /dev/null 2>&1 && tar -cf "$OUT/data.tar" -C "$W" data
   true
 }
 if [ -n "${SMALL:-}" ]; then  # toy sizes: the script's own dry run
@@ -52,32 +62,37 @@ DRAFT_FLAGS="--config.draft.feature_layers=$LAYERS --config.draft.init_from=smol
              --config.data.generated_dir=$DATA"
 
 log "devices: $($PY -c 'import jax; print(jax.devices())' 2>&1 | tail -1)"
-log "A. self-generated data (limit ${T_GEN} s)"
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_GEN" $PY scripts/generate_data.py \
-  --config=configs/generate_data_smollm2.py --config.data_dir="$DATA" $GEN > "$W/gen.log" 2>&1
-log "A ended (rc $?): $(grep -c '"shard"' "$DATA/log.jsonl" 2>/dev/null) shards"
-$PY scripts/generate_data.py --config=configs/generate_data_smollm2.py --config.data_dir="$DATA" \
-  $GEN --stats_only > "$W/gen_stats.log" 2>&1
-cp "$DATA/log.jsonl" "$W/gen_log.jsonl" 2>/dev/null; cp "$DATA/stats.json" "$W/gen_stats.json" 2>/dev/null
-tail -3 "$W/gen.log"; pack
-
-log "B. distillation (limit ${T_TRAIN} s)"
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT $((T_TRAIN + 60)) $PY scripts/distill.py \
-  --config=configs/distill_smollm2_gpu.py --workdir="$W/train" $DRAFT_FLAGS $TRAIN \
-  --max_seconds="$T_TRAIN" > "$W/train.log" 2>&1
-log "B ended (rc $?)"; grep -E "^step|Out of time|Resuming|Target" "$W/train.log" | tail -8; pack
-
-log "C. export and evaluation set (limit ${T_EVAL} s)"
-$PY scripts/export_hf.py --config=configs/distill_smollm2_gpu.py --workdir="$W/train" $DRAFT_FLAGS \
-  $TRAIN --asset="$W/asset" > "$W/export.log" 2>&1 || tail -3 "$W/export.log"
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_EVAL" $PY scripts/eval_draft.py \
-  --config=configs/distill_smollm2_gpu.py $DRAFT_FLAGS $TRAIN --asset="$W/asset" $EVAL --ks=4 \
-  --temperatures=0,1 --speed_prompts=0 --out="$W/eval_gpu.json" > "$W/eval.log" 2>&1
-log "C ended (rc $?)"; tail -4 "$W/eval.log"; pack
-
-log "D. batch-1 speed, chains and trees (limit ${T_SPEED} s)"
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_SPEED" $PY experiments/trees/speed.py \
-  $SPEED --out="$W/speed_gpu" > "$W/speed.log" 2>&1
-log "D ended (rc $?)"; tail -25 "$W/speed.log"; pack
+if run_stage A; then
+  log "A. self-generated data (limit ${T_GEN} s)"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_GEN" $PY scripts/generate_data.py \
+    --config=configs/generate_data_smollm2.py --config.data_dir="$DATA" $GEN > "$W/gen.log" 2>&1
+  log "A ended (rc $?): $(grep -c '"shard"' "$DATA/log.jsonl" 2>/dev/null) shards"
+  $PY scripts/generate_data.py --config=configs/generate_data_smollm2.py --config.data_dir="$DATA" \
+    $GEN --stats_only > "$W/gen_stats.log" 2>&1
+  cp "$DATA/log.jsonl" "$W/gen_log.jsonl" 2>/dev/null; cp "$DATA/stats.json" "$W/gen_stats.json" 2>/dev/null
+  tail -3 "$W/gen.log"; pack
+fi
+if run_stage B; then
+  log "B. distillation (limit ${T_TRAIN} s)"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT $((T_TRAIN + 60)) $PY scripts/distill.py \
+    --config=configs/distill_smollm2_gpu.py --workdir="$W/train" $DRAFT_FLAGS $TRAIN \
+    --max_seconds="$T_TRAIN" > "$W/train.log" 2>&1
+  log "B ended (rc $?)"; grep -E "^step|Out of time|Resuming|Target" "$W/train.log" | tail -8; pack
+fi
+if run_stage C; then
+  log "C. export and evaluation set (limit ${T_EVAL} s)"
+  $PY scripts/export_hf.py --config=configs/distill_smollm2_gpu.py --workdir="$W/train" $DRAFT_FLAGS \
+    $TRAIN --asset="$W/asset" > "$W/export.log" 2>&1 || tail -3 "$W/export.log"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_EVAL" $PY scripts/eval_draft.py \
+    --config=configs/distill_smollm2_gpu.py $DRAFT_FLAGS $TRAIN --asset="$W/asset" $EVAL --ks=4 \
+    --temperatures=0,1 --speed_prompts=0 --out="$W/eval_gpu.json" > "$W/eval.log" 2>&1
+  log "C ended (rc $?)"; tail -4 "$W/eval.log"; pack
+fi
+if run_stage D; then
+  log "D. batch-1 speed, chains and trees (limit ${T_SPEED} s)"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_SPEED" $PY experiments/trees/speed.py \
+    $SPEED --out="$W/speed_gpu" > "$W/speed.log" 2>&1
+  log "D ended (rc $?)"; tail -25 "$W/speed.log"; pack
+fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv 2>/dev/null
 log "done"
