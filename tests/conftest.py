@@ -17,33 +17,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
 import pytest
 
-# One persistent compilation cache per test run, shared by the xdist workers (they
-# inherit it from the controller, which loads this file first) and the subprocesses the
-# tests start; set before any test module imports jax. Files compile many of the same
-# programs (tiny targets of the same shapes), and each file drops jax's in-memory
-# programs when it ends (`_fresh_jax_caches`). A JAX_COMPILATION_CACHE_DIR given from
-# outside is used as it is and kept.
-_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
-if _OWN_CACHE:
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="specjax-tests-jax-cache-")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+# No persistent compilation cache in the tests (subprocesses included): four clean-clone
+# runs of `make test` aborted inside XLA, three in jax's write of a speculative loop's
+# executable to that cache (`executable.serialize()`, in `put_executable_and_time`) and one
+# in a compile, each in a worker that had run many files
+# (experiments/test_run/make_test_abort_2026-12-0*.log). Each file then compiles its own
+# programs; a JAX_ENABLE_COMPILATION_CACHE given from outside is used as it is.
+os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 # float32 products in float32 on every backend: on a GPU jax's default runs them in
 # TF32 (10 mantissa bits), and the numerics tests, which compare two float32 paths to
 # 1e-4, failed there by 3e-3 (experiments/gpu/README.md, the 2026-12-04 lease); the CPU
 # computes them in float32 either way.
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-
-
-def pytest_sessionfinish(session):
-  """The process that made the run's compilation cache removes it."""
-  del session
-  if _OWN_CACHE:
-    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 TINY_VOCAB = 300
@@ -68,28 +56,6 @@ def _fresh_jax_caches():
   yield
   import jax
   jax.clear_caches()
-
-
-@pytest.fixture(autouse=True)
-def _no_cache_writes_for_real_models(request):
-  """Real-model programs are compiled once and not shared between files, so they gain
-  nothing from the persistent cache; two clean-clone runs aborted inside jax's write of
-  such a program (`executable.serialize()` in `put_executable_and_time`, during
-  tests/test_tree_real_model.py, in a worker that had run many files before;
-  experiments/test_run/make_test_abort_2026-12-03*.log). Those tests write nothing to
-  the cache: jax decides whether the cache is used once per process, but reads the
-  minimum compile time of a write at every write. (A third run then aborted in the
-  compile itself, so `make test` also runs them apart, in fresh workers.)"""
-  if request.node.get_closest_marker("real_model") is None:
-    yield
-    return
-  import jax
-  before = jax.config.jax_persistent_cache_min_compile_time_secs
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
-  try:
-    yield
-  finally:
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
 
 
 @pytest.fixture(scope="session", autouse=True)
