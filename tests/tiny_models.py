@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional
 
 import jax
@@ -68,3 +69,8 @@ def reference_greedy(model: TinyModel, prompt, max_new, eos_ids=(), width=64):
     if t in eos_ids:
       break
   return out
+
+
+def xla_flags(*flags: str) -> str:
+  """XLA_FLAGS for a subprocess: this run's flags (tests/conftest.py) plus `flags`."""
+  return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
