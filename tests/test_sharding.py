@@ -22,7 +22,6 @@ import pytest
 from specjax.models import ModelConfig, init_params
 from specjax.models import sharding
 from specjax.training.export import export_hf
-from tiny_models import xla_flags
 
 # Every case on one device and on (2, 4); the other shapes run the draft-model cases
 # (greedy, T = 1, a padded batch of 3) to keep the subprocess near a minute.
@@ -96,6 +95,7 @@ def fake_device_runs(tmp_path_factory):
   target_dir, draft_dir = str(base / "target"), str(base / "draft")
   export_hf(TARGET, jax.device_get(init_params(TARGET, jax.random.PRNGKey(1), std=0.3)), target_dir)
   export_hf(DRAFT, jax.device_get(init_params(DRAFT, jax.random.PRNGKey(2), std=0.3)), draft_dir)
+  from tiny_models import xla_flags  # not at the top: a subprocess imports this file
   env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
   code = _WORKER.format(root=ROOT, target=target_dir, draft=draft_dir, mesh_cases=MESH_CASES)
@@ -209,6 +209,7 @@ def test_sharded_distillation_matches_one_device_and_restores_onto_another_mesh(
   t, tp, hp = _toy(c)
   train(c, str(tmp_path / "one"), t, tp, hp, progress=False)
   one = [r["loss"] for r in read_metrics(str(tmp_path / "one")) if "loss" in r]
+  from tiny_models import xla_flags  # not at the top: a subprocess imports this file
   env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
   proc = subprocess.run([sys.executable, "-c", _TRAIN_WORKER.format(root=ROOT, work=str(tmp_path))],

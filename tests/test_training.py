@@ -205,7 +205,7 @@ print(json.dumps({{"devices": jax.device_count(),
 
 
 def _run_devices(n, workdir):
-  from tiny_models import xla_flags  # here: the subprocess imports this module without tests/ on its path
+  from tiny_models import xla_flags  # not at the top: a subprocess imports this file
   env = dict(os.environ, XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={n}"),
              JAX_PLATFORMS="cpu")
   out = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT.format(root=ROOT, workdir=workdir)],
