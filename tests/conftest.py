@@ -34,7 +34,7 @@ os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # The tests' programs are tiny, so compiling them is most of their time: XLA's CPU backend
 # at LLVM -O0 ran tests/test_tree.py in 137 s against 201 s at its default, back to back.
-# Subprocesses that set XLA_FLAGS of their own append to this (`xla_flags`).
+# Fake-device subprocesses append their device count to this (`tiny_models.fake_devices_env`).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 

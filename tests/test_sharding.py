@@ -95,9 +95,8 @@ def fake_device_runs(tmp_path_factory):
   target_dir, draft_dir = str(base / "target"), str(base / "draft")
   export_hf(TARGET, jax.device_get(init_params(TARGET, jax.random.PRNGKey(1), std=0.3)), target_dir)
   export_hf(DRAFT, jax.device_get(init_params(DRAFT, jax.random.PRNGKey(2), std=0.3)), draft_dir)
-  from tiny_models import xla_flags  # not at the top: a subprocess imports this file
-  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
-             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  from tiny_models import fake_devices_env  # not at the top: a subprocess imports this file
+  env = fake_devices_env(8, PYTHONPATH=ROOT)
   code = _WORKER.format(root=ROOT, target=target_dir, draft=draft_dir, mesh_cases=MESH_CASES)
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=600, env=env)
@@ -209,9 +208,8 @@ def test_sharded_distillation_matches_one_device_and_restores_onto_another_mesh(
   t, tp, hp = _toy(c)
   train(c, str(tmp_path / "one"), t, tp, hp, progress=False)
   one = [r["loss"] for r in read_metrics(str(tmp_path / "one")) if "loss" in r]
-  from tiny_models import xla_flags  # not at the top: a subprocess imports this file
-  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
-             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  from tiny_models import fake_devices_env  # not at the top: a subprocess imports this file
+  env = fake_devices_env(8, PYTHONPATH=ROOT)
   proc = subprocess.run([sys.executable, "-c", _TRAIN_WORKER.format(root=ROOT, work=str(tmp_path))],
                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
   assert proc.returncode == 0, proc.stderr[-4000:]

@@ -205,9 +205,8 @@ print(json.dumps({{"devices": jax.device_count(),
 
 
 def _run_devices(n, workdir):
-  from tiny_models import xla_flags  # not at the top: a subprocess imports this file
-  env = dict(os.environ, XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={n}"),
-             JAX_PLATFORMS="cpu")
+  from tiny_models import fake_devices_env  # not at the top: a subprocess imports this file
+  env = fake_devices_env(n)
   out = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT.format(root=ROOT, workdir=workdir)],
                        env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
   assert out.returncode == 0, out.stderr[-3000:]

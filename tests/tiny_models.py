@@ -71,6 +71,8 @@ def reference_greedy(model: TinyModel, prompt, max_new, eos_ids=(), width=64):
   return out
 
 
-def xla_flags(*flags: str) -> str:
-  """XLA_FLAGS for a subprocess: this run's flags (tests/conftest.py) plus `flags`."""
-  return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
+def fake_devices_env(n: int, **extra: str) -> dict:
+  """The environment of a subprocess on `n` fake CPU devices: this run's (its XLA_FLAGS,
+  tests/conftest.py, with the device count appended) plus `extra`."""
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}"
+  return dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu", **extra)
