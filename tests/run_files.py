@@ -1,0 +1,158 @@
+"""Runs the test suite one test file per process, `--jobs` processes at a time (`make test`).
+
+Why not one long-lived pytest-xdist worker per core: in 5 of about 15 clean-clone runs,
+XLA's CPU compiler crashed (SIGSEGV or SIGABRT inside `backend_compile_and_load` or the
+executable's serialisation), always in a worker about 13 minutes and hundreds of compiled
+programs into the run, and xdist's `--dist loadfile` scheduler then waited forever for the
+replaced worker (pytest-xdist#784, #1323; experiments/test_run/), so CI ran into its limit.
+Here each file starts in a fresh interpreter, so no process accumulates more than one
+file's programs; a file that runs past `--timeout` is killed and reported; and a file
+whose process a signal kills (a crash in XLA, not a failed assertion) is run once more,
+and said so. A file with a failing test is never rerun.
+
+  python tests/run_files.py [-m MARKEXPR] [--jobs N] [--timeout S] [files ...]
+
+Prints one line per file as it finishes, the whole output of any file that failed, and
+a total; exits 1 if any file failed.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# "== 12 passed, 1 skipped in 3.4s ==": pytest's last line.
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker expression selects nothing
+
+
+@dataclasses.dataclass
+class FileResult:
+  """One file's run. rc: pytest's exit code, negative for a signal, None for a timeout."""
+  path: str
+  rc: int | None
+  seconds: float
+  output: str
+  crashes: int = 0  # runs before this one that a signal killed
+
+  @property
+  def ok(self) -> bool:
+    return self.rc in (0, NO_TESTS_COLLECTED)
+
+  def counts(self) -> dict:
+    tail = self.output.strip().splitlines()[-1:] or [""]
+    return {kind.rstrip("s") if kind.startswith("error") else kind: int(n)
+            for n, kind in _COUNT.findall(tail[0])}
+
+
+def _run_once(path: str, pytest_args: list, timeout: float) -> FileResult:
+  cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *pytest_args, path]
+  start = time.perf_counter()
+  # Own process group, so a timeout also ends the subprocesses a test started.
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, start_new_session=True)
+  try:
+    out, _ = proc.communicate(timeout=timeout)
+    rc = proc.returncode
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    out += f"\n[run_files] killed after {timeout:.0f} s (--timeout)\n"
+    rc = None
+  return FileResult(path, rc, time.perf_counter() - start, out)
+
+
+def run_file(path: str, pytest_args: list, timeout: float) -> FileResult:
+  """Runs one file; once more if a signal killed the first run (XLA crashed)."""
+  result = _run_once(path, pytest_args, timeout)
+  if result.rc is not None and result.rc < 0:
+    first = result
+    result = _run_once(path, pytest_args, timeout)
+    result.crashes = 1
+    result.output = (f"[run_files] first run killed by {signal.Signals(-first.rc).name} after "
+                     f"{first.seconds:.0f} s; its output:\n{first.output}\n"
+                     f"[run_files] second run:\n{result.output}")
+  return result
+
+
+def _describe(result: FileResult) -> str:
+  counts = ", ".join(f"{n} {kind}" for kind, n in result.counts().items()) or "no summary"
+  if result.rc is None:
+    status = "TIMEOUT"
+  elif result.rc < 0:
+    status = f"CRASH ({signal.Signals(-result.rc).name})"
+  else:
+    status = "ok" if result.ok else "FAILED"
+  crashed = ", after one crash (rerun)" if result.crashes else ""
+  return f"{status:<8} {os.path.relpath(result.path, ROOT):<40} {counts} in {result.seconds:.0f} s{crashed}"
+
+
+def find_test_files(paths: list) -> list:
+  """The test files to run, largest first (a rough proxy for slowest first, so the
+  last files to start are short ones and the jobs end together)."""
+  if not paths:
+    paths = [os.path.join(HERE, f) for f in os.listdir(HERE)
+             if f.startswith("test_") and f.endswith(".py")]
+  missing = [p for p in paths if not os.path.isfile(p)]
+  if missing:
+    raise SystemExit(f"run_files: no such test file: {', '.join(missing)}")
+  return sorted((os.path.abspath(p) for p in paths), key=os.path.getsize, reverse=True)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("files", nargs="*", help="test files (default: tests/test_*.py)")
+  parser.add_argument("-m", dest="markers", default=None, help="pytest marker expression")
+  parser.add_argument("--jobs", type=int, default=2, help="files run at once (default 2)")
+  parser.add_argument("--timeout", type=float, default=1200.0,
+                      help="seconds one file may run before it is killed (default 1200)")
+  args = parser.parse_args(argv)
+  if args.jobs < 1 or args.timeout <= 0:
+    parser.error("--jobs must be at least 1 and --timeout positive")
+  pytest_args = ["-m", args.markers] if args.markers else []
+  files = find_test_files(args.files)
+  print(f"run_files: {len(files)} files, {args.jobs} at a time, one process each"
+        + (f", -m {args.markers!r}" if args.markers else ""), flush=True)
+
+  start, lock, results = time.perf_counter(), threading.Lock(), []
+
+  def job(path):
+    result = run_file(path, pytest_args, args.timeout)
+    with lock:
+      results.append(result)
+      print(f"[{time.perf_counter() - start:5.0f} s] {_describe(result)}", flush=True)
+      skips = [l for l in result.output.splitlines() if l.startswith("SKIPPED")]
+      for line in skips:
+        print(f"           {line}", flush=True)
+    return result
+
+  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    list(pool.map(job, files))
+
+  failed = [r for r in results if not r.ok]
+  for r in failed:
+    print(f"\n{'=' * 30} {os.path.relpath(r.path, ROOT)} {'=' * 30}\n{r.output}", flush=True)
+  totals: dict = {}
+  for r in results:
+    for kind, n in r.counts().items():
+      totals[kind] = totals.get(kind, 0) + n
+  crashed = [os.path.relpath(r.path, ROOT) for r in results if r.crashes]
+  print(f"\nrun_files: {', '.join(f'{n} {k}' for k, n in totals.items())} in "
+        f"{len(results)} files, {time.perf_counter() - start:.0f} s wall"
+        + (f"; rerun after a crash: {', '.join(crashed)}" if crashed else "")
+        + (f"; FAILED: {', '.join(os.path.relpath(r.path, ROOT) for r in failed)}" if failed else ""),
+        flush=True)
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,75 @@
+"""The test runner (`tests/run_files.py`, what `make test` calls): a failing test fails its
+file and is not rerun; a file whose process a signal kills is rerun once; a second crash,
+and a file past its timeout, fail. The files run here are plain pytest files in a
+temporary directory (no jax), so each run takes about a second."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_files  # noqa: E402
+
+# Crashes its process (SIGSEGV) on the first run and passes on the next; counts its runs.
+CRASH_ONCE = """
+import os, signal
+def test_crash_once(tmp_path_factory):
+  marker = os.path.join(os.path.dirname(__file__), "runs_{name}")
+  runs = int(open(marker).read()) if os.path.exists(marker) else 0
+  open(marker, "w").write(str(runs + 1))
+  if runs < {crashes}:
+    os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def _write(tmp_path, name, text):
+  path = tmp_path / name
+  path.write_text(text)
+  return str(path)
+
+
+def _runs(tmp_path, name):
+  return int((tmp_path / f"runs_{name}").read_text())
+
+
+def test_passing_and_failing_files(tmp_path, capsys):
+  good = _write(tmp_path, "test_good.py", "def test_a(): pass\ndef test_b(): pass\n")
+  bad = _write(tmp_path, "test_bad.py", "def test_a(): pass\ndef test_b(): assert 1 == 2\n")
+  assert run_files.main([good, "--timeout", "120"]) == 0
+  assert run_files.main([good, bad, "--timeout", "120"]) == 1
+  out = capsys.readouterr().out
+  assert "FAILED" in out and "assert 1 == 2" in out and "rerun" not in out
+  assert "3 passed, 1 failed in 2 files" in out
+
+
+def test_a_failed_test_is_not_rerun(tmp_path):
+  bad = _write(tmp_path, "test_bad.py", "def test_a(): assert False\n")
+  result = run_files.run_file(bad, [], timeout=120)
+  assert result.rc == 1 and not result.ok and result.crashes == 0
+
+
+def test_a_crash_is_rerun_once(tmp_path, capsys):
+  once = _write(tmp_path, "test_once.py", CRASH_ONCE.format(name="once", crashes=1))
+  assert run_files.main([once, "--timeout", "120"]) == 0
+  assert _runs(tmp_path, "once") == 2
+  out = capsys.readouterr().out
+  assert "after one crash (rerun)" in out and "rerun after a crash: " in out
+
+
+def test_two_crashes_fail(tmp_path):
+  always = _write(tmp_path, "test_always.py", CRASH_ONCE.format(name="always", crashes=9))
+  result = run_files.run_file(always, [], timeout=120)
+  assert _runs(tmp_path, "always") == 2  # one rerun, no more
+  assert result.rc < 0 and not result.ok and "SIGSEGV" in result.output
+
+
+def test_a_hanging_file_is_killed(tmp_path):
+  hang = _write(tmp_path, "test_hang.py", "import time\ndef test_a(): time.sleep(600)\n")
+  result = run_files.run_file(hang, [], timeout=5)
+  assert result.rc is None and not result.ok and result.seconds < 60
+  assert "killed after 5 s" in result.output
+
+
+def test_marker_selecting_nothing_is_not_a_failure(tmp_path):
+  good = _write(tmp_path, "test_good.py", "def test_a(): pass\n")
+  assert run_files.main([good, "-m", "real_model"]) == 0
