@@ -1,8 +1,8 @@
 """Runs the test suite one test file per process, `--jobs` processes at a time (`make test`).
 
-Why not one long-lived pytest-xdist worker per core: in 5 of about 15 clean-clone runs,
-XLA's CPU compiler crashed (SIGSEGV or SIGABRT inside `backend_compile_and_load` or the
-executable's serialisation), always in a worker about 13 minutes and hundreds of compiled
+Why not one long-lived pytest-xdist worker per core: in 4 of about 15 clean-clone runs and
+once in CI, XLA's CPU compiler crashed (SIGSEGV or SIGABRT inside `backend_compile_and_load` or the
+executable's serialisation), always in a worker 11-14 minutes and hundreds of compiled
 programs into the run, and xdist's `--dist loadfile` scheduler then waited forever for the
 replaced worker (pytest-xdist#784, #1323; experiments/test_run/), so CI ran into its limit.
 Here each file starts in a fresh interpreter, so no process accumulates more than one
