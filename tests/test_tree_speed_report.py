@@ -56,3 +56,15 @@ def test_records_without_rounds_keep_the_old_report(speed):
   rec, md = speed.report({"rows": rows, "k": 4, "auto_tree": "x", "calibration_s": 1.0,
                           "prompts": 1, "prompt_source": "eval", "max_new": 10, "draft": "d"})
   assert "cross_validated" not in rec and "Cross-validated" not in md
+
+
+def test_report_before_auto_is_timed(speed):
+  # --auto_last writes the chains and trees before tree="auto" calibrates: a record cut
+  # there still reports them, and says that auto was not measured.
+  rows = [_row("target", [[2.0, 2.0]]), _row("chain k=2", [[1.0, 1.0]]),
+          _row("chain k=3", [[0.8, 0.9]]), _row("dynamic:8 k=3", [[0.7, 0.7]])]
+  rec, md = speed.report({"rows": rows, "k": 3, "auto_tree": None, "calibration_s": None,
+                          "prompts": 1, "prompt_source": "eval", "max_new": 10, "draft": "d"})
+  assert rec["best_chain"] == "chain k=3" and "auto_over_best_chain" not in rec
+  assert "cross_validated" not in rec
+  assert "not measured" in md and "| dynamic:8 k=3 | 14.3 | 2.86 |" in md

@@ -44,7 +44,7 @@ if [ -n "${SMALL:-}" ]; then  # toy sizes: the script's own dry run
          --config.data.seq_len=128 --config.prompts.num_train=24 --config.eval.num_prompts=4
          --config.eval.select_prompts=4 --config.eval.max_new_tokens=8 --config.eval.every=2"
   EVAL="--num_prompts=12 --max_new=8"
-  SPEED="--max_new=8 --max_chain=2 --k=2 --trees=dynamic:4 --repeats=1"
+  SPEED="--max_new=8 --max_chain=2 --k=2 --trees=dynamic:4 --repeats=1 --auto_last"
 else
   T_GEN=${T_GEN:-120} T_TRAIN=${T_TRAIN:-215} T_EVAL=${T_EVAL:-65} T_SPEED=${T_SPEED:-120}
   # seed 2: prompts neither self-generated round (seeds 0 and 1) drew, so the shipped draft
@@ -55,7 +55,7 @@ else
   TRAIN="--config.num_steps=600 --config.eval.every=200 --config.ckpt_every=200 --config.data.sample_batch_size=256
          --config.eval.select=generated --config.eval.select_prompts=64"
   EVAL="--num_prompts=48 --max_new=64"
-  SPEED="--max_new=64 --max_chain=4 --k=4 --trees=dynamic:16;dynamic:32 --repeats=2"
+  SPEED="--max_new=64 --max_chain=4 --k=4 --trees=dynamic:16;dynamic:32 --repeats=2 --auto_last"
 fi
 LAYERS=${LAYERS:-(-1,)}  # target layers read; (2,15,29) grows the shipped draft to EAGLE-3 features
 DRAFT_FLAGS="--config.draft.feature_layers=$LAYERS --config.draft.init_from=smollm2-135m-draft

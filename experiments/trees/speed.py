@@ -19,6 +19,9 @@ setting's half-to-half spread, the run's own noise.
 With `--lookup=+ngram:3` the drafter is the draft with prompt lookup (chains lookup-first,
 trees with a lookup chain beside them) and the draft's own chains are timed as well; the
 best chain is the fastest of all of them.
+With `--auto_last` the fixed settings are timed first and <out>.md written before
+tree="auto" calibrates; auto is then timed after them (not round-robin with them) and the
+record rewritten: a run cut short, as in a short accelerator lease, keeps the chains and trees.
 """
 from __future__ import annotations
 
@@ -49,6 +52,10 @@ def main():
                        "chains are timed too")
   ap.add_argument("--trees", default="static:2,1,1,1;static:2,2,1,1;dynamic:8;dynamic:16",
                   help="fixed trees of depth --k, joined by ';' (as config.trees)")
+  ap.add_argument("--auto_last", action="store_true",
+                  help="time the fixed settings first and write <out>.md before tree='auto' "
+                       "calibrates and is timed (after them, not round-robin with them): a "
+                       "run cut short, as in a short accelerator lease, keeps the chains and trees")
   ap.add_argument("--report_only", action="store_true",
                   help="rebuild <out>.md (and the comparisons in <out>.json) from <out>.json")
   args = ap.parse_args()
@@ -72,19 +79,38 @@ def main():
     for k in range(1, args.max_chain + 1):
       settings[f"chain k={k}, draft alone"] = dict(draft=alone, k=k)
   auto_name = f"tree=auto k<={args.k}"
-  settings[auto_name] = dict(draft=draft, k=args.k, tree="auto")
-  for spec in trees:
-    settings[f"{spec} k={args.k}"] = dict(draft=draft, k=args.k, tree=spec)
+  tree_settings = {f"{spec} k={args.k}": dict(draft=draft, k=args.k, tree=spec) for spec in trees}
+  record = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
+            "k": args.k, "draft": args.draft + args.lookup, "repeats": args.repeats,
+            "auto_tree": None, "calibration_s": None}
+  ref = {}
+  if args.auto_last:  # the fixed settings first, written before tree="auto" calibrates
+    rows = time_settings(target, prompts, {**settings, **tree_settings}, args, ref)
+    write_report(args.out, *report({**record, "rows": rows}))
+    print(f"wrote {args.out}.md without tree='auto'; calibrating it", flush=True)
   start = time.perf_counter()
   # Acceptance from 4 prompts (one batch); then the finalists timed at batch 1, the batch
   # every setting below runs at (tree="auto" chooses per batch size).
-  specjax.generate(target, prompts[:4], args.max_new, **settings[auto_name])
-  chosen = specjax.generate(target, prompts[:1], args.max_new, **settings[auto_name])
-  calibration_s = time.perf_counter() - start
-  best, ref = {}, {}
+  auto = dict(draft=draft, k=args.k, tree="auto")
+  specjax.generate(target, prompts[:4], args.max_new, **auto)
+  chosen = specjax.generate(target, prompts[:1], args.max_new, **auto)
+  record.update(auto_tree=chosen.stats.tree or f"the chain at k={chosen.stats.k}",
+                calibration_s=time.perf_counter() - start)
+  if args.auto_last:
+    rows += time_settings(target, prompts, {auto_name: auto}, args, ref)
+  else:
+    rows = time_settings(target, prompts, {**settings, auto_name: auto, **tree_settings}, args, ref)
+  write_report(args.out, *report({**record, "rows": rows}))
+
+
+def time_settings(target, prompts, settings: dict, args, ref: dict) -> list:
+  """Each setting's row: compiled on every prompt first, then timed round-robin over
+  `args.repeats` rounds (the fastest per prompt counts). ref: the target alone's tokens
+  per prompt, filled by the "target" setting and compared with every other's."""
+  best = {}
   walls = {name: [[] for _ in prompts] for name in settings}  # [setting][prompt][round] seconds
   for name, kw in settings.items():  # compile every setting and prompt length first
-    for i, p in enumerate(prompts):
+    for p in prompts:
       specjax.generate(target, [p], args.max_new, **kw)
   for _ in range(args.repeats):
     for name, kw in settings.items():
@@ -107,11 +133,7 @@ def main():
                  "tokens_per_pass": sum(tpp) / len(tpp),
                  "same_tokens_as_target": all(best[(name, i)][3] for i in range(len(prompts))),
                  "walls": walls[name]})
-  r = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
-       "k": args.k, "draft": args.draft + args.lookup, "repeats": args.repeats,
-       "auto_tree": chosen.stats.tree or f"the chain at k={chosen.stats.k}",
-       "calibration_s": calibration_s, "rows": rows}
-  write_report(args.out, *report(r))
+  return rows
 
 
 def _depth(setting: str) -> int:
@@ -152,25 +174,29 @@ def report(r: dict) -> tuple:
   top = max(chains, key=lambda row: row["tokens_per_s"])
   top_k = max((row for row in chains if _depth(row["setting"]) <= r["k"]),
               key=lambda row: row["tokens_per_s"])
-  auto = next(row for row in rows if row["setting"].startswith("tree=auto"))
-  r = {**r, "best_chain": top["setting"],
-       "auto_over_best_chain": auto["tokens_per_s"] / top["tokens_per_s"],
-       "best_chain_within_k": top_k["setting"],
-       "auto_over_best_chain_within_k": auto["tokens_per_s"] / top_k["tokens_per_s"]}
+  auto = next((row for row in rows if row["setting"].startswith("tree=auto")), None)
+  r = {**r, "best_chain": top["setting"], "best_chain_within_k": top_k["setting"]}
+  if auto:
+    r.update(auto_over_best_chain=auto["tokens_per_s"] / top["tokens_per_s"],
+             auto_over_best_chain_within_k=auto["tokens_per_s"] / top_k["tokens_per_s"])
   lines = ["| setting | tokens/s | x target | tokens per pass | same tokens as target |",
            "|---|---|---|---|---|"]
   for row in rows:
     lines.append(f"| {row['setting']} | {row['tokens_per_s']:.1f} | "
                  f"{row['tokens_per_s'] / base:.2f} | {row['tokens_per_pass']:.2f} | "
                  f"{row['same_tokens_as_target']} |")
-  lines += ["", f"tree='auto' chose {r['auto_tree']} (calibration and cost measurement "
-            f"{r['calibration_s']:.0f} s, once per process); tree=auto / best chain of depth "
-            f"<= {r['k']} ({top_k['setting']}): {r['auto_over_best_chain_within_k']:.2f}x; / "
-            f"best chain timed ({top['setting']}): {r['auto_over_best_chain']:.2f}x. "
-            f"{r['prompts']} prompts of {r['prompt_source']!r} (one per category), batch 1, "
+  setup = (f"{r['prompts']} prompts of {r['prompt_source']!r} (one per category), batch 1, "
             f"{r['max_new']} greedy new tokens, fastest of {r.get('repeats', 2)}; drafter "
-            f"{r['draft']!r}."]
-  cv = cross_validated(rows, r["k"])
+            f"{r['draft']!r}.")
+  if auto:
+    lines += ["", f"tree='auto' chose {r['auto_tree']} (calibration and cost measurement "
+              f"{r['calibration_s']:.0f} s, once per process); tree=auto / best chain of depth "
+              f"<= {r['k']} ({top_k['setting']}): {r['auto_over_best_chain_within_k']:.2f}x; / "
+              f"best chain timed ({top['setting']}): {r['auto_over_best_chain']:.2f}x. " + setup]
+  else:
+    lines += ["", f"tree='auto' not measured: this record was written before its calibration "
+              f"(--auto_last). Best chain timed: {top['setting']}. " + setup]
+  cv = cross_validated(rows, r["k"]) if auto else None
   if cv:
     r["cross_validated"] = cv
     folds = "; ".join(f"{f['chain']} chosen on one half, {f['auto_over_chain']:.2f}x on the other"
