@@ -32,6 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # "== 12 passed, 1 skipped in 3.4s ==": pytest's last line.
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+# The total's order, whichever file ends first.
+KINDS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected")
 NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker expression selects nothing
 
 
@@ -141,10 +143,8 @@ def main(argv=None) -> int:
   failed = [r for r in results if not r.ok]
   for r in failed:
     print(f"\n{'=' * 30} {os.path.relpath(r.path, ROOT)} {'=' * 30}\n{r.output}", flush=True)
-  totals: dict = {}
-  for r in results:
-    for kind, n in r.counts().items():
-      totals[kind] = totals.get(kind, 0) + n
+  totals = {kind: sum(r.counts().get(kind, 0) for r in results) for kind in KINDS}
+  totals = {kind: n for kind, n in totals.items() if n}
   crashed = [os.path.relpath(r.path, ROOT) for r in results if r.crashes]
   print(f"\nrun_files: {', '.join(f'{n} {k}' for k, n in totals.items())} in "
         f"{len(results)} files, {time.perf_counter() - start:.0f} s wall"
