@@ -30,10 +30,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# "== 12 passed, 1 skipped in 3.4s ==": pytest's last line.
-_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
-# The total's order, whichever file ends first.
+# What pytest's last line counts ("== 12 passed, 1 skipped in 3.4s =="; "2 errors"), in the
+# order of the total, whichever file ends first.
 KINDS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected")
+_COUNT = re.compile(rf"(\d+) ({'|'.join(KINDS)})s?\b")
 NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker expression selects nothing
 
 
@@ -52,8 +52,7 @@ class FileResult:
 
   def counts(self) -> dict:
     tail = self.output.strip().splitlines()[-1:] or [""]
-    return {kind.rstrip("s") if kind.startswith("error") else kind: int(n)
-            for n, kind in _COUNT.findall(tail[0])}
+    return {kind: int(n) for n, kind in _COUNT.findall(tail[0])}
 
 
 def _run_once(path: str, pytest_args: list, timeout: float) -> FileResult:
