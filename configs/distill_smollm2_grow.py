@@ -1,15 +1,19 @@
 """The feature draft grown to two blocks: the capacity side of the second round
-(`experiments/distill_smollm2/README.md`, "A second round on fresh data").
+(`experiments/distill_smollm2/README.md`, "A second round on fresh data" and "Two blocks").
 
     python scripts/distill.py --config=configs/distill_smollm2_grow.py --workdir=/work/train/grow2
+    CONFIG=configs/distill_smollm2_grow.py ARMS="1 2" W=/work/train/grow \\
+        bash experiments/distill_smollm2/compare/run.sh    # both arms side by side
 
-`configs/distill_smollm2_selfgen2.py` (same data, batches, schedule and selection split)
-with a second Llama block: the first round's block first, the new one starting as the
-identity (`specjax.training.draft.warm_start`), so at step 0 it drafts exactly what the
-first round's draft does. The first round's draft agreed with the target about as often on
-its training batches as on its selection prompts, so either more data or more capacity
-could be what holds it; the two configs measure each at equal steps. A draft step costs
-one block more (about 1.6x the one-block draft's).
+The argument is the number of blocks (default 2). `:1` is
+`configs/distill_smollm2_selfgen2.py` itself (the shipped draft continued on the seed-1
+self-generated cache); `:2` adds a second Llama block after the shipped draft's, starting
+as the identity (`specjax.training.draft.warm_start`), so at step 0 it drafts exactly what
+the shipped draft does. Same data, batches, schedule and selection split. The first round's
+draft agreed with the target about as often on its training batches as on its selection
+prompts (0.51 vs 0.47 over its last 200 steps), so either more data or more capacity could
+be what holds it; run side by side, the two arms measure capacity at equal steps. A draft
+step costs one block more.
 """
 import importlib.util
 import os
@@ -24,7 +28,9 @@ def _selfgen2():
   return mod.get_config()
 
 
-def get_config():
+def get_config(arg: str = "2"):
+  if arg not in ("1", "2"):
+    raise ValueError(f"distill_smollm2_grow.py:{arg}: give 1 or 2 (draft blocks).")
   c = _selfgen2()
-  c.draft.n_layers = 2
+  c.draft.n_layers = int(arg)
   return c

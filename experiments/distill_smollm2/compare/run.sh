@@ -1,13 +1,19 @@
 #!/bin/bash
-# 1-layer vs 3-layer features at equal training compute (same data, steps, batch, seed).
+# Two drafts trained side by side on the same data, steps, batch and seed: by default
+# 1-layer vs 3-layer features (configs/distill_smollm2_compare.py:1 and :3).
 #   W=/tmp/e3 bash experiments/distill_smollm2/compare/run.sh [extra --config.x=... flags]
-# Builds the shared data once (prep.py), then trains both drafts side by side; rerun the
-# same command to resume both (every stage is cached / checkpointed in $W).
+#   CONFIG=configs/distill_smollm2_grow.py ARMS="1 2" W=/tmp/grow bash .../run.sh ...
+# runs CONFIG:<arm> for each arm in workdir W/l<arm>; the data is built once (prep.py,
+# with the last arm's config, so list the arm that reads the most target layers last),
+# then both train; rerun the same command to resume both (every stage is cached /
+# checkpointed in $W).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 W=${W:-/tmp/e3}
 PY=${PY:-python}
+CONFIG=${CONFIG:-configs/distill_smollm2_compare.py}
+read -r -a ARMS <<< "${ARMS:-1 3}"
 mkdir -p "$W/data"
 GEN=()
 GEN_DIR=${GEN_DIR:-/work/data/selfgen_smollm2}
@@ -22,14 +28,16 @@ if [ ! -f "$W/data/generated_dir.txt" ]; then
 fi
 GEN=(--config.data.generated_dir="$(cat "$W/data/generated_dir.txt")")
 nice -n 10 $PY experiments/distill_smollm2/compare/prep.py --data="$W/data" \
-  --config=configs/distill_smollm2_compare.py:3 "${GEN[@]}" "$@"
+  --config="$CONFIG:${ARMS[-1]}" "${GEN[@]}" "$@"
 pids=()
-for n in 1 3; do
+logs=()
+for n in "${ARMS[@]}"; do
   mkdir -p "$W/l$n"
   [ -e "$W/l$n/data" ] || ln -s "$W/data" "$W/l$n/data"
-  nice -n 10 $PY scripts/distill.py --config=configs/distill_smollm2_compare.py:$n \
+  nice -n 10 $PY scripts/distill.py --config="$CONFIG:$n" \
     --workdir="$W/l$n" "${GEN[@]}" "$@" > "$W/l$n.log" 2>&1 &
   pids+=($!)
+  logs+=("$W/l$n.log")
 done
-echo "training: ${pids[*]} (logs $W/l1.log $W/l3.log)"
+echo "training: ${pids[*]} (logs ${logs[*]})"
 wait
