@@ -47,7 +47,10 @@ def load_config(spec: str):
   module_spec = importlib.util.spec_from_file_location("_config_cli_probe", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg is not None else module.get_config()
+  try:
+    return module.get_config(arg) if arg is not None else module.get_config()
+  except ValueError as e:  # the config's own check of its argument, e.g. "give 1 or 3"
+    _fail(f"--config={spec}: {e}")
 
 
 def fields(config, prefix: str = "") -> dict:

@@ -157,6 +157,16 @@ def test_unknown_config_field_is_one_line_naming_the_valid_ones(script, flags, f
   assert "did you mean" in nested.stderr and field in nested.stderr, nested.stderr
 
 
+@pytest.mark.parametrize("spec", ["configs/distill_smollm2_grow.py:3",
+                                  "configs/distill_smollm2_compare.py:5"])
+def test_config_argument_the_config_rejects_is_one_line(spec):
+  proc = _script("distill.py", f"--config={spec}", "--workdir=/nonexistent")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f"error: --config={spec}: "), proc.stderr
+  assert "give 1 or" in lines[0], lines[0]
+
+
 @pytest.mark.parametrize("script,flags,field,default", SCRIPTS, ids=[s[0] for s in SCRIPTS])
 def test_help_lists_the_config_fields_with_defaults(script, flags, field, default):
   proc = _script(script, "--help")
