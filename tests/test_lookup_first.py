@@ -122,6 +122,8 @@ def test_sampling_is_exact_and_a_wrong_q_fails(wrong):
     ("+ngram:3", "the lookup last"),
     ("early_exit:1+ngram:x", "not a positive integer"),
     ("ngram:2+ngram:3", "combines with a feature draft or early_exit"),
+    ("early_exit:1+ngram:3:0", "lookup chain length '0' is not a positive integer"),
+    ("early_exit:1+ngram:3:x", "lookup chain length 'x' is not a positive integer"),
 ])
 def test_bad_combined_specs(spec, words):
   with pytest.raises(ValueError, match=words):
@@ -136,3 +138,29 @@ def test_trees_take_the_lookup_chain():
   alone = specjax.generate(TARGET, prompts, 12)
   out = specjax.generate(TARGET, prompts, 12, draft="early_exit:1+ngram:2", k=2, tree="static:2,1")
   assert out.tokens == alone.tokens and out.stats.nodes_per_round == 4 + 2
+
+
+@pytest.mark.parametrize("tree", [None, "auto"])
+def test_a_lookup_chain_length_needs_a_given_tree(tree):
+  """':L' sizes the chain beside a tree; without one it would be silently ignored."""
+  with pytest.raises(ValueError, match="only a given tree uses: pass tree="):
+    specjax.generate(TARGET, [[1, 2, 3]], 4, draft="early_exit:1+ngram:2:6", k=2, tree=tree)
+
+
+def test_a_longer_lookup_chain_reaches_past_the_tree():
+  """'+ngram:2:7' beside a depth-2 tree: where the target repeats itself (it continues
+  [36] * 16 with 36s, [24] * 16 with 14 56s and then other tokens) rounds accept up to 7
+  drafts, the output stays the target's, and there are fewer passes than with the chain
+  as deep as the tree."""
+  prompts = [[36] * 16, [24] * 16] + random_prompts(1, TARGET.cfg.vocab_size, seed=4)
+  alone = specjax.generate(TARGET, prompts, 24)
+  short = specjax.generate(TARGET, prompts, 24, draft="early_exit:1+ngram:2", k=2,
+                           tree="static:2,1")
+  long = specjax.generate(TARGET, prompts, 24, draft="early_exit:1+ngram:2:7", k=2,
+                          tree="static:2,1")
+  assert long.tokens == alone.tokens
+  assert long.stats.nodes_per_round == 4 + 7 and "lookup chain of 7" in long.stats.tree
+  assert long.stats.path_lengths.shape == (3, 8)
+  assert long.stats.path_lengths[0, 7] > 0 and long.stats.path_lengths[1, 3:7].sum() > 0
+  assert (long.stats.rounds[:2] < short.stats.rounds[:2]).all()
+  assert_counters_consistent(long.stats)

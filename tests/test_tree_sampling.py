@@ -86,7 +86,7 @@ def test_negative_controls_fail(rule, children):
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"
 
 
-def _lookup_beside(min_match: int):
+def _lookup_beside(min_match: int, chain: int = 0):
   """A feature draft's tree with a prompt-lookup chain under the root (`LookupFirstDrafter`);
   min_match 0 puts the chain first in every row, 2 after the tree (PROMPT never repeats)."""
   from specjax.decoding.drafters import LookupFirstDrafter
@@ -95,7 +95,7 @@ def _lookup_beside(min_match: int):
   cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
                                     key=jax.random.PRNGKey(4), init_std=0.5)
   base = resolve_drafter(dataclasses.replace(DRAFT, cfg=cfg, params=params), TARGET)
-  return LookupFirstDrafter(base=base, n=3, min_match=min_match)
+  return LookupFirstDrafter(base=base, n=3, min_match=min_match, chain=chain)
 
 
 @pytest.mark.parametrize("min_match,tree", [(0, TreeSpec.static((2, 2))),
@@ -120,3 +120,17 @@ def test_lookup_chain_negative_control_fails():
                          verifier=WRONG["no_residual_update"])
   fails, stat, df = chi_square_fails(counts, exact_joint(sampling, 3))
   assert fails, f"the wrong rule passed: chi2={stat:.1f} with df={df}"
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_lookup_chain_deeper_than_the_tree_is_exact(wrong):
+  """A depth-1 tree (static:2) beside a lookup chain of 3 tried first: all three tokens
+  of a round can come from the chain, past the tree's depth. The law is the target's;
+  with siblings tried against p (the negative control) it is not."""
+  sampling = SamplingParams(1.0)
+  counts = sampled_joint(sampling, TreeSpec.static((2,)), draft=_lookup_beside(0, chain=3),
+                         verifier=WRONG["no_residual_update"] if wrong else None)
+  fails, stat, df = chi_square_fails(counts, exact_joint(sampling, 3))
+  assert fails == wrong, f"chi2={stat:.1f} with df={df}"
+  if not wrong:
+    assert not tv_fails(counts, exact_joint(sampling, 3))[0]

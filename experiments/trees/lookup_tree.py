@@ -14,6 +14,8 @@ each depth and temperature: the draft's chain and dynamic trees, the lookup+draf
 the same trees with the lookup chain beside them. Records go to lookup_tree.jsonl (a rerun
 skips the settings already there; --report_only runs none); lookup_tree.md (overall and
 per category) and lookup_tree.png are rebuilt from it. Greedy output is checked against the target alone.
+`--chain_lengths` adds trees beside lookup chains of other lengths ("<draft>+ngram:3:L",
+L nodes, possibly deeper than the tree: a round then accepts up to L drafts).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import time
 
 
@@ -37,16 +40,23 @@ def main():
   ap.add_argument("--temperatures", default="0,1")
   ap.add_argument("--draft", default="smollm2-135m-draft")
   ap.add_argument("--lookup", default="+ngram:3")
+  ap.add_argument("--chain_lengths", default="0",
+                  help="lookup chain lengths L beside each tree (0: the tree's depth)")
   ap.add_argument("--prompts", default="eval")
   ap.add_argument("--per_category", type=int, default=2)
   ap.add_argument("--max_new", type=int, default=48)
   ap.add_argument("--batch", type=int, default=24, help="prompts decoded together")
   ap.add_argument("--report_only", action="store_true", help="rebuild the table and plot only")
   args = ap.parse_args()
+  lengths = [int(x) for x in args.chain_lengths.split(",")]
   drafts = [args.draft, args.draft + args.lookup]
-  trees = [None] + args.trees.split(",")
+  trees = [None] + [t for t in re.split(r"[;,](?=[a-z])", args.trees) if t]  # static:2,1,..
+  # A lookup chain of L nodes (L > 0) sits beside a tree only: no chain setting for it.
   settings = [(t, d, draft, tree) for t in map(float, args.temperatures.split(","))
               for d in map(int, args.depths.split(",")) for draft in drafts for tree in trees]
+  settings += [(t, d, f"{drafts[1]}:{n}", tree) for t in map(float, args.temperatures.split(","))
+               for d in map(int, args.depths.split(",")) for n in lengths if n
+               for tree in trees if tree]
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, "lookup_tree.jsonl")
   done = {}
@@ -94,13 +104,14 @@ def report(records, out, draft):
   cell = {(r["temperature"], r["k"], r["draft"], r["tree"]): r for r in records}
   temps = sorted({r["temperature"] for r in records})
   depths = sorted({r["k"] for r in records})
-  drafts = sorted({r["draft"] for r in records}, key=len)
-  trees = sorted({r["tree"] for r in records if r["tree"]}, key=lambda t: int(t.split(":")[1]))
+  drafts = sorted({r["draft"] for r in records}, key=lambda x: (len(x.split(":")), len(x), x))
+  trees = sorted({r["tree"] for r in records if r["tree"]}, key=lambda t: (t.split(":")[0] != "static", len(t), t))
   r0 = records[0]
   lines = [f"Tokens per target pass, {r0['prompts']} prompts of `{r0['prompt_source']}` in "
            f"batches of {r0.get('batch', r0['prompts'])}, chat template, {r0['max_new']} new tokens; in brackets the value / the "
            f"chain of `{draft}` alone at the same depth and temperature. With `+ngram:3`, a tree "
-           "has k more nodes (the lookup chain) than its name says.", ""]
+           "has k more nodes (the lookup chain) than its name says; with `+ngram:3:L`, L more.",
+           ""]
   head = [f"{dr} {t or 'chain'}" for dr in drafts for t in [None] + trees]
   for temp in temps:
     lines += [f"**T = {temp:g}**", "", "| depth | " + " | ".join(head) + " |",
@@ -122,7 +133,7 @@ def report(records, out, draft):
   d = depths[len(depths) // 2]
   cats = list(dict.fromkeys(x["category"] for x in r0["rows"]))
   big = trees[-1] if trees else None
-  cols = [(draft, None), (draft, big), (drafts[-1], None), (drafts[-1], big)]
+  cols = [(dr, t) for dr in drafts for t in (None, big)]
   for temp in temps:
     have = [c for c in cols if (temp, d, *c) in cell]
     if not have:
@@ -147,7 +158,7 @@ def report(records, out, draft):
   import matplotlib.pyplot as plt
   fig, axes = plt.subplots(1, len(temps), figsize=(5.5 * len(temps), 4), squeeze=False)
   for ax, temp in zip(axes[0], temps):
-    for dr, style in zip(drafts, ("-", "--")):
+    for dr, style in zip(drafts, ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3)))):
       for d in depths:
         pts = [(cell[(temp, d, dr, t)]["nodes"], cell[(temp, d, dr, t)]["tokens_per_pass"])
                for t in [None] + trees if (temp, d, dr, t) in cell]

@@ -22,6 +22,8 @@ best chain is the fastest of all of them.
 With `--auto_last` the fixed settings are timed first and <out>.md written before
 tree="auto" calibrates; auto is then timed after them (not round-robin with them) and the
 record rewritten: a run cut short, as in a short accelerator lease, keeps the chains and trees.
+With `--chain_lengths=L,..` (and `--lookup`) each tree is also timed beside a lookup chain of
+L nodes ("<draft>+ngram:3:L"), which may reach deeper than k where the text is copied.
 """
 from __future__ import annotations
 
@@ -52,6 +54,9 @@ def main():
                        "chains are timed too")
   ap.add_argument("--trees", default="static:2,1,1,1;static:2,2,1,1;dynamic:8;dynamic:16",
                   help="fixed trees of depth --k, joined by ';' (as config.trees)")
+  ap.add_argument("--chain_lengths", default="",
+                  help="with --lookup: also time each of --trees beside a lookup chain of each "
+                       "of these lengths L ('<draft>+ngram:N:L', possibly deeper than --k)")
   ap.add_argument("--auto_last", action="store_true",
                   help="time the fixed settings first and write <out>.md before tree='auto' "
                        "calibrates and is timed (after them, not round-robin with them): a "
@@ -64,11 +69,13 @@ def main():
       write_report(args.out, *report(json.load(f)))
     return
   trees = parse_trees(args.trees, [args.k])  # a bad list: one clear error before loading
+  if args.chain_lengths and not args.lookup:
+    raise SystemExit("error: --chain_lengths needs --lookup (e.g. --lookup=+ngram:3).")
+  from specjax.decoding.generate import lookup_first
   target = specjax.load_model("smollm2-135m")
   draft = specjax.load_model(args.draft, target=target)
   alone = draft
   if args.lookup:  # the loaded draft with lookup first (not loaded again from its name)
-    from specjax.decoding.generate import lookup_first
     draft = lookup_first(alone, args.lookup.lstrip("+"), target, args.draft + args.lookup)
   prompts = [target.encode(r["text"], chat=True)
              for r in prompts_lib.select(args.prompts, per_category=1)]
@@ -80,6 +87,11 @@ def main():
       settings[f"chain k={k}, draft alone"] = dict(draft=alone, k=k)
   auto_name = f"tree=auto k<={args.k}"
   tree_settings = {f"{spec} k={args.k}": dict(draft=draft, k=args.k, tree=spec) for spec in trees}
+  for n in [int(x) for x in args.chain_lengths.split(",") if x]:
+    longer = lookup_first(alone, f"{args.lookup.lstrip('+')}:{n}", target,
+                          f"{args.draft}{args.lookup}:{n}")
+    tree_settings.update({f"{spec} k={args.k}, lookup chain {n}": dict(
+        draft=longer, k=args.k, tree=spec) for spec in trees})
   record = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
             "k": args.k, "draft": args.draft + args.lookup, "repeats": args.repeats,
             "auto_tree": None, "calibration_s": None}

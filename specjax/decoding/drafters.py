@@ -393,16 +393,20 @@ class LookupFirstDrafter:
   the final tokens only, so verification stays exact. `base` proposes every round; its
   state must follow the verified tokens whatever was drafted, as a feature draft's
   (rebuilt from the target's features) and early exit's (the target's own cache) do.
-  Spec string: "<draft>+ngram:N".
+  With a tree, the lookup's continuation is a chain of `chain` nodes beside it (0: as
+  deep as the tree); a longer chain lets a round accept more than k drafts where the
+  text is copied. Spec string: "<draft>+ngram:N" or "<draft>+ngram:N:L" (chain = L).
   """
   base: Any
   n: int = flax.struct.field(pytree_node=False, default=3)
   min_match: int = flax.struct.field(pytree_node=False, default=2)
+  chain: int = flax.struct.field(pytree_node=False, default=0)
   BASES = ("FeatureDrafter", "EarlyExitDrafter")  # state follows the verified tokens
 
   @property
   def name(self) -> str:
-    return f"{getattr(self.base, 'name', type(self.base).__name__)}+ngram:{self.n}"
+    length = f":{self.chain}" if self.chain else ""
+    return f"{getattr(self.base, 'name', type(self.base).__name__)}+ngram:{self.n}{length}"
 
   @property
   def feature_layers(self) -> Optional[tuple]:
@@ -430,8 +434,9 @@ class LookupFirstDrafter:
     return tree_lib.with_chain(draft, looked, size >= self.min_match), state, cache
 
   def tree_spec(self, tree):
-    """The tree a round verifies: the user's, plus a lookup chain as deep as the tree."""
-    return dataclasses.replace(tree, lookup=tree.depth)
+    """The tree a round verifies: the user's, plus a lookup chain of `chain` nodes (0: as
+    deep as the tree)."""
+    return dataclasses.replace(tree, lookup=self.chain or tree.depth)
 
   def commit(self, state, n_tokens, hidden):
     return self.base.commit(state, n_tokens, hidden)

@@ -61,8 +61,9 @@ DRAFT_SPEC_GRAMMAR = ("'ngram' or 'ngram:N' (prompt lookup of the last N..1 toke
                       "default 3), 'early_exit:N' (the target's first N layers), "
                       "'medusa:<heads dir>', 'lookahead:W,N[,G]' (window, n-gram size, "
                       "pooled candidates), a model source (registry name, directory, "
-                      ".gguf path, hub id), or '<feature draft or early_exit:N>+ngram:N' "
-                      "(prompt lookup where the text repeats, the draft elsewhere)")
+                      ".gguf path, hub id), or '<feature draft or early_exit:N>+ngram:N[:L]' "
+                      "(prompt lookup where the text repeats, the draft elsewhere; beside a "
+                      "tree, a lookup chain of L nodes, default the tree's depth)")
 
 
 def _spec_error(draft: str, problem: str) -> ValueError:
@@ -120,12 +121,18 @@ def lookup_first(base: Any, lookup: str, target, spec: str = "") -> Any:
   spec = spec or f"{base}+{lookup}"
   if base is None or (isinstance(base, str) and not base) or not lookup.startswith("ngram"):
     raise _spec_error(spec, "a combined drafter is '<draft>+ngram:N', the lookup last")
+  parts = lookup.split(":")
+  chain = 0
+  if len(parts) == 3:  # "ngram:N:L": L nodes of lookup chain beside a tree
+    if not parts[2].strip().isdigit() or int(parts[2]) < 1:
+      raise _spec_error(spec, f"the lookup chain length {parts[2]!r} is not a positive integer")
+    chain, lookup = int(parts[2]), ":".join(parts[:2])
   ngram = resolve_drafter(lookup, target)  # an NgramDrafter, or the n-gram spec's error
   base = resolve_drafter(base, target)
   if type(base).__name__ not in drafters_lib.LookupFirstDrafter.BASES:
     raise _spec_error(spec, f"the base is a {type(base).__name__}; prompt lookup combines with "
                       "a feature draft or early_exit:N, whose state follows the verified tokens")
-  return drafters_lib.LookupFirstDrafter(base=base, n=ngram.n)
+  return drafters_lib.LookupFirstDrafter(base=base, n=ngram.n, chain=chain)
 
 
 def _encode_prompts(target, prompts, chat: bool) -> list:
@@ -260,6 +267,10 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     return dataclasses.replace(out, k_choice=choice)
   k = 0 if draft is None else int(getattr(drafter, "fixed_k", k))  # lookahead: k = N - 1
   auto_tree = isinstance(tree, str) and tree == "auto"
+  if getattr(drafter, "chain", 0) and (tree is None or auto_tree):
+    raise ValueError(f"The drafter {drafter.name!r} sets a lookup chain length (':L'), which "
+                     "only a given tree uses: pass tree= (e.g. 'static:" + ",".join(["1"] * k)
+                     + "' for the draft's chain beside it), or drop ':L'.")
   tree = tree_lib.resolve_tree(None if auto_tree else tree, k, draft is not None)
   if auto_tree:
     if draft is None:

@@ -9,7 +9,8 @@ gains 1 to k+1 tokens. With no drafter (k = 0) a round is one autoregressive ste
 Everything stays on device: no host round trip per token or per round.
 The target is reached only through the model interface (`specjax.models.interface`).
 With a token tree (`tree=`, see `specjax.decoding.tree`) a round verifies N drafted
-nodes in one pass instead (`tree_round`), then continues as the chain does.
+nodes in one pass instead (`tree_round`), then continues as the chain does; a round
+then gains up to `tree.reach` + 1 tokens (k + 1, or more beside a longer lookup chain).
 """
 from __future__ import annotations
 
@@ -80,6 +81,11 @@ def _finish(new_tokens, count, n_generated, max_new, eos_ids):
   return kept, done
 
 
+def _reach(k: int, tree) -> int:
+  """The most drafts one round accepts: k, or a tree's reach (a longer lookup chain)."""
+  return k if tree is None else tree.reach
+
+
 def _decoder(target, target_cfg):
   return target if target_cfg is None else Decoder(params=target, cfg=target_cfg)
 
@@ -102,14 +108,15 @@ def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new:
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
   tokens = tokens.at[rows, prompt_lens].set(first)
   _, done = jax.vmap(lambda t: _finish(t[None], 1, 0, max_new, eos_ids))(first)
+  r = _reach(k, tree)
   return LoopState(
       tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache,
       draft_state=drafter.init(target.params, prompt, prompt_lens, max_len, feats), done=done,
       key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
-      rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, k), jnp.int32),
-      accepted=jnp.zeros((b, k), jnp.int32), path_lengths=jnp.zeros((b, k + 1), jnp.int32),
-      rank_hits=jnp.zeros((b, k, 1 if tree is None else tree.max_children), jnp.int32))
+      rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, r), jnp.int32),
+      accepted=jnp.zeros((b, r), jnp.int32), path_lengths=jnp.zeros((b, r + 1), jnp.int32),
+      rank_hits=jnp.zeros((b, r, 1 if tree is None else tree.max_children), jnp.int32))
 
 
 @functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "verifier", "tree",
@@ -122,12 +129,13 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
   The cache length is the state's (`prefill`'s max_len)."""
   target = _decoder(target, target_cfg)
   tree_rule = None if verifier is verify_row else verifier
+  r = _reach(k, tree)  # candidates per round: r drafts and the target's token
 
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
     active = ~s.done
     ctx = DraftContext(target_params=target.params, target_cache=s.target_cache, tokens=s.tokens,
-                       n_tokens=s.n_tokens, target_cfg=target.cfg, k=k, sampling=sampling,
+                       n_tokens=s.n_tokens, target_cfg=target.cfg, k=r, sampling=sampling,
                        target_model=target)
     if hasattr(drafter, "round"):  # a drafter that owns the verify pass (lookahead)
       drafts, ranks, n_acc, nxt, feats, draft_state, cache = drafter.round(
@@ -150,19 +158,20 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
           target, drafter, s.draft_state, ctx, tree, draft_key, verify_key, tree_rule)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
-    cand = jnp.where(jnp.arange(k + 1)[None] < n_acc[:, None],
-                     jnp.concatenate([drafts, nxt[:, None]], 1), nxt[:, None])  # [B, k+1]
+    cand = jnp.where(jnp.arange(r + 1)[None] < n_acc[:, None],
+                     jnp.concatenate([drafts, nxt[:, None]], 1), nxt[:, None])  # [B, r+1]
     n_generated = s.n_tokens - prompt_lens
     kept, finished = jax.vmap(lambda c, n, g: _finish(c, n, g, max_new, eos_ids))(
         cand, n_acc + 1, n_generated)
     kept = jnp.where(active, kept, 0)
-    old = jax.vmap(lambda r, i: jax.lax.dynamic_slice_in_dim(r, i, k + 1))(s.tokens, s.n_tokens)
+    old = jax.vmap(lambda row, i: jax.lax.dynamic_slice_in_dim(row, i, r + 1))(
+        s.tokens, s.n_tokens)
     write = jnp.where(active[:, None], cand, old)
-    tokens = jax.vmap(lambda r, c, i: jax.lax.dynamic_update_slice_in_dim(r, c, i, 0))(
+    tokens = jax.vmap(lambda row, c, i: jax.lax.dynamic_update_slice_in_dim(row, c, i, 0))(
         s.tokens, write, s.n_tokens)
     n_tokens = s.n_tokens + kept
 
-    pos = jnp.arange(k)[None]
+    pos = jnp.arange(r)[None]
     act = active[:, None].astype(jnp.int32)
     return LoopState(
         tokens=tokens, n_tokens=n_tokens, target_cache=cache.with_lengths(n_tokens - 1),
@@ -173,7 +182,7 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
         # Only kept positions count: drafts that EOS / max_new cut were never emitted.
         checked=s.checked + act * (pos < kept[:, None]),
         accepted=s.accepted + act * (pos < jnp.minimum(n_acc, kept)[:, None]),
-        path_lengths=s.path_lengths + act * (jnp.arange(k + 1)[None] == n_acc[:, None]),
+        path_lengths=s.path_lengths + act * (jnp.arange(r + 1)[None] == n_acc[:, None]),
         rank_hits=s.rank_hits + act[:, :, None] * (
             (pos < n_acc[:, None])[:, :, None]
             & (ranks[:, :, None] == jnp.arange(s.rank_hits.shape[2]))))

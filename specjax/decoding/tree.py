@@ -50,7 +50,8 @@ class TreeSpec:
   (dynamic trees). children: "topk" (deterministic, q one-hot) or "sample" (i.i.d.
   draws from the draft's q; greedy decoding always uses top-k).
   lookup: L extra nodes, a prompt-lookup chain under the root beside the draft's tree
-  (`with_chain`; set by `LookupFirstDrafter`, 0 otherwise).
+  (`with_chain`; set by `LookupFirstDrafter`, 0 otherwise). L may exceed the depth: a
+  round then accepts up to `reach` = max(depth, L) drafts.
   """
   kind: str
   n_nodes: int
@@ -114,6 +115,11 @@ class TreeSpec:
     if self.kind == "dynamic":
       return max(self.n_nodes + 1, 1 + (self.depth - 1) * self.beam) + self.lookup
     return self.n_nodes + 1 + self.lookup
+
+  @property
+  def reach(self) -> int:
+    """The most drafts one round can accept: the tree's depth or the lookup chain's length."""
+    return max(self.depth, self.lookup)
 
   @property
   def verified_nodes(self) -> int:
@@ -425,23 +431,23 @@ def tree_round(target, drafter, draft_state, ctx, tree: TreeSpec, draft_key, ver
                row_fn=None):
   """Draft a tree, score it in one target pass, verify it, gather the accepted path.
 
-  Returns (path tokens [B, k] and their ranks among their siblings [B, k] (valid below
-  n_acc), n_acc [B], next [B], the target's features along the path [B, k+1, D] (or the drafter's
-  `feature_layers` concatenated), draft
-  state, target cache) for the loop.
+  Returns (path tokens [B, R] and their ranks among their siblings [B, R] (valid below
+  n_acc), n_acc [B], next [B], the target's features along the path [B, R+1, D] (or the
+  drafter's `feature_layers` concatenated), draft state, target cache) for the loop, where
+  R = `tree.reach` (k, or a longer lookup chain's length).
   """
   if not hasattr(drafter, "propose_tree"):
     raise ValueError(f"{type(drafter).__name__} does not draft token trees; use tree=None.")
   draft, draft_state, cache = drafter.propose_tree(draft_state, ctx, tree, draft_key)
   prefix = cache.lengths  # [B] P = n_tokens - 1: the root goes to slot P
-  anc = ancestors(draft.parents, tree.depth)
+  anc = ancestors(draft.parents, tree.reach)
   mask = tree_mask(prefix, anc, cache.max_len)  # [B, N1, S]
   hidden, cache, feats = target_pass(target, drafter, draft.tokens, cache.with_lengths(prefix),
                                      prefix[:, None] + draft.depths, mask)  # [B, N1, D or L*D]
   p = sampling_lib.warp(target.head(hidden), ctx.sampling)  # [B, N1, V]
-  path, n_acc, nxt = verify_tree(draft, p, verify_key, tree.depth, row_fn)
+  path, n_acc, nxt = verify_tree(draft, p, verify_key, tree.reach, row_fn)  # path [B, R+1]
   cache = gather_path(cache, prefix, path)
-  feats = jnp.take_along_axis(feats, path[:, :, None], axis=1)  # [B, k+1, D or L*D]
-  drafts = jnp.take_along_axis(draft.tokens, path[:, 1:], axis=1)  # [B, k]
-  ranks = jnp.take_along_axis(sibling_ranks(draft.parents), path[:, 1:], axis=1)  # [B, k]
+  feats = jnp.take_along_axis(feats, path[:, :, None], axis=1)  # [B, R+1, D or L*D]
+  drafts = jnp.take_along_axis(draft.tokens, path[:, 1:], axis=1)  # [B, R]
+  ranks = jnp.take_along_axis(sibling_ranks(draft.parents), path[:, 1:], axis=1)  # [B, R]
   return drafts, ranks, n_acc, nxt, feats, draft_state, cache
