@@ -143,7 +143,7 @@ def test_trees_take_the_lookup_chain():
 @pytest.mark.parametrize("tree", [None, "auto"])
 def test_a_lookup_chain_length_needs_a_given_tree(tree):
   """':L' sizes the chain beside a tree; without one it would be silently ignored."""
-  with pytest.raises(ValueError, match="only a given tree uses: pass tree="):
+  with pytest.raises(ValueError, match="only a given tree uses: pass k and tree="):
     specjax.generate(TARGET, [[1, 2, 3]], 4, draft="early_exit:1+ngram:2:6", k=2, tree=tree)
 
 

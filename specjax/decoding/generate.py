@@ -248,6 +248,11 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   drafter = resolve_drafter(draft, target)
   if auto and hasattr(drafter, "fixed_k"):  # lookahead: k = N - 1, nothing to choose
     auto = False
+  if getattr(drafter, "chain", 0) and (tree is None or tree == "auto"):
+    depth = k if isinstance(k, (int, np.integer)) else 4
+    raise ValueError(f"The drafter {drafter.name!r} sets a lookup chain length (':L'), which "
+                     f"only a given tree uses: pass k and tree= (e.g. k={depth}, tree='static:"
+                     + ",".join(["1"] * depth) + "' for the draft's chain beside it), or drop ':L'.")
   prompt_ids = _encode_prompts(target, prompts, chat)
   if draft is not None and auto:  # calibrate, then run at the chosen k
     if tree is not None:
@@ -267,10 +272,6 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     return dataclasses.replace(out, k_choice=choice)
   k = 0 if draft is None else int(getattr(drafter, "fixed_k", k))  # lookahead: k = N - 1
   auto_tree = isinstance(tree, str) and tree == "auto"
-  if getattr(drafter, "chain", 0) and (tree is None or auto_tree):
-    raise ValueError(f"The drafter {drafter.name!r} sets a lookup chain length (':L'), which "
-                     "only a given tree uses: pass tree= (e.g. 'static:" + ",".join(["1"] * k)
-                     + "' for the draft's chain beside it), or drop ':L'.")
   tree = tree_lib.resolve_tree(None if auto_tree else tree, k, draft is not None)
   if auto_tree:
     if draft is None:
