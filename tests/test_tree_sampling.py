@@ -128,9 +128,10 @@ def test_a_lookup_chain_deeper_than_the_tree_is_exact(wrong):
   of a round can come from the chain, past the tree's depth. The law is the target's;
   with siblings tried against p (the negative control) it is not."""
   sampling = SamplingParams(1.0)
+  probs = exact_joint(sampling, 3)
   counts = sampled_joint(sampling, TreeSpec.static((2,)), draft=_lookup_beside(0, chain=3),
                          verifier=WRONG["no_residual_update"] if wrong else None)
-  fails, stat, df = chi_square_fails(counts, exact_joint(sampling, 3))
+  fails, stat, df = chi_square_fails(counts, probs)
   assert fails == wrong, f"chi2={stat:.1f} with df={df}"
   if not wrong:
-    assert not tv_fails(counts, exact_joint(sampling, 3))[0]
+    assert not tv_fails(counts, probs)[0]

@@ -52,11 +52,12 @@ def main():
   drafts = [args.draft, args.draft + args.lookup]
   trees = [None] + [t for t in re.split(r"[;,](?=[a-z])", args.trees) if t]  # static:2,1,..
   # A lookup chain of L nodes (L > 0) sits beside a tree only: no chain setting for it.
-  settings = [(t, d, draft, tree) for t in map(float, args.temperatures.split(","))
-              for d in map(int, args.depths.split(",")) for draft in drafts for tree in trees]
-  settings += [(t, d, f"{drafts[1]}:{n}", tree) for t in map(float, args.temperatures.split(","))
-               for d in map(int, args.depths.split(",")) for n in lengths if n
-               for tree in trees if tree]
+  temps = [float(x) for x in args.temperatures.split(",")]
+  depths = [int(x) for x in args.depths.split(",")]
+  settings = [(t, d, draft, tree) for t in temps for d in depths for draft in drafts
+              for tree in trees]
+  settings += [(t, d, f"{drafts[1]}:{n}", tree) for t in temps for d in depths
+               for n in lengths if n for tree in trees if tree]
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, "lookup_tree.jsonl")
   done = {}

@@ -71,11 +71,11 @@ def main():
   trees = parse_trees(args.trees, [args.k])  # a bad list: one clear error before loading
   if args.chain_lengths and not args.lookup:
     raise SystemExit("error: --chain_lengths needs --lookup (e.g. --lookup=+ngram:3).")
-  from specjax.decoding.generate import lookup_first
   target = specjax.load_model("smollm2-135m")
   draft = specjax.load_model(args.draft, target=target)
   alone = draft
   if args.lookup:  # the loaded draft with lookup first (not loaded again from its name)
+    from specjax.decoding.generate import lookup_first
     draft = lookup_first(alone, args.lookup.lstrip("+"), target, args.draft + args.lookup)
   prompts = [target.encode(r["text"], chat=True)
              for r in prompts_lib.select(args.prompts, per_category=1)]
@@ -87,11 +87,9 @@ def main():
       settings[f"chain k={k}, draft alone"] = dict(draft=alone, k=k)
   auto_name = f"tree=auto k<={args.k}"
   tree_settings = {f"{spec} k={args.k}": dict(draft=draft, k=args.k, tree=spec) for spec in trees}
-  for n in [int(x) for x in args.chain_lengths.split(",") if x]:
-    longer = lookup_first(alone, f"{args.lookup.lstrip('+')}:{n}", target,
-                          f"{args.draft}{args.lookup}:{n}")
+  for n in [int(x) for x in args.chain_lengths.split(",") if x]:  # "<draft>+ngram:N:n"
     tree_settings.update({f"{spec} k={args.k}, lookup chain {n}": dict(
-        draft=longer, k=args.k, tree=spec) for spec in trees})
+        draft=draft.replace(chain=n), k=args.k, tree=spec) for spec in trees})
   record = {"prompts": len(prompts), "prompt_source": args.prompts, "max_new": args.max_new,
             "k": args.k, "draft": args.draft + args.lookup, "repeats": args.repeats,
             "auto_tree": None, "calibration_s": None}

@@ -85,7 +85,7 @@ class DraftContext:
   tokens: jax.Array  # [B, S] token buffer
   n_tokens: jax.Array  # [B] final tokens per row
   target_cfg: Any = flax.struct.field(pytree_node=False)
-  k: int = flax.struct.field(pytree_node=False)
+  k: int = flax.struct.field(pytree_node=False)  # drafts per round (a tree's: its reach)
   sampling: sampling_lib.SamplingParams = flax.struct.field(pytree_node=False)
   target_model: Any = None  # the interface object (default: a `Decoder` of the above)
 
