@@ -23,7 +23,7 @@ demo: $(STAMP)
 # The whole test suite, real-model tests included (as CI runs it): one process per test
 # file, two at a time (both cores), each file killed past 20 minutes. XLA's CPU compiler
 # crashed in long-lived pytest-xdist workers late in the run, and xdist then hung until
-# CI's limit (tests/run_files.py says more; experiments/test_run/).
+# CI's limit (tests/run_files.py and docs/testing.md say more; experiments/xla_ynn_crash/).
 test: $(STAMP)
 	$(BIN)/python tests/run_files.py
 

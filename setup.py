@@ -33,6 +33,6 @@ setup(
     extras_require={
         # torch is for reference parity in tests and peer benchmarks only; the library never imports it.
         # accelerate: transformers' own GGUF loader (the reference in tests) requires it.
-        "test": ["pytest>=8", "torch==2.13.0", "accelerate>=1.0"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", "accelerate>=1.0"],
     },
 )

@@ -5,6 +5,11 @@
     python scripts/benchmark.py --config.hf.enabled=False   # specjax rows only (no torch)
     python scripts/benchmark.py --config.hf.enabled=False --workdir=/tmp/bench_trees \
         --config.trees='static:4,2,1,1;dynamic:16'   # + a row per drafter and tree
+    python scripts/benchmark.py --config=configs/benchmark.py:tiny --config.target=DIR \
+        --config.drafters=ngram:2,early_exit:1,DRAFT_DIR --workdir=/tmp/bench_tiny
+
+Variants: (default) the embedded target; `tiny`: seconds long, for tests (pass a tiny
+model directory as the target).
 
 Rows: specjax target alone, specjax with each drafter in `drafters`, transformers greedy
 generate, prompt lookup and assisted generation (with the draft's Hugging Face export).
@@ -21,8 +26,10 @@ skipped with a note.
 """
 import ml_collections
 
+from configs import common
 
-def get_config():
+
+def default():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
   # Comma-separated: "ngram:N", "early_exit:N", model sources (registry name, directory) or
@@ -34,7 +41,7 @@ def get_config():
   c.max_new_tokens = 64
   c.repeats = 3  # interleaved repetitions; the fastest run of each (row, prompt) counts
   c.prompts = ml_collections.ConfigDict(dict(
-      source="repeat+heldout",  # "+"-joined: repeat, heldout, builtin (specjax/bench/prompts.py)
+      source="repeat+heldout",  # "+"-joined: repeat, heldout, builtin (specjax/prompts.py)
       per_category=1,  # first N prompts of each category of each source (0: all)
       ids="",  # comma-separated prompt ids to keep ("" = all)
       categories="",  # comma-separated filter, e.g. "chat,repeat_code_edit" ("" = all)
@@ -49,3 +56,21 @@ def get_config():
       torch_threads=1))
   c.costs = ml_collections.ConfigDict(dict(enabled=True, n=5, repeats=3))  # per-pass timings
   return c
+
+
+def tiny():
+  """A seconds-long benchmark for tests: pass a tiny model directory as the target."""
+  c = default()
+  c.drafters = "ngram:2,early_exit:1"
+  c.max_new_tokens = 8
+  c.repeats = 1
+  c.prompts.source = "builtin"
+  c.prompts.per_category = 1
+  c.prompts.categories = "chat,repeat_rewrite"
+  c.costs.n = 1
+  c.costs.repeats = 1
+  return c
+
+
+def get_config(arg=None):
+  return common.variant("benchmark", arg, {"default": default, "tiny": tiny}, "default")

@@ -5,6 +5,8 @@
         --config.drafters=ngram:3 --config.ks=1,2,3,4,6,8 --config.temperatures=0
     python scripts/acceptance_curves.py --config=configs/curves.py --workdir=/tmp/curves_trees \
         --config.ks=2,4 --config.temperatures=0 --config.trees='static:4,2,1,1;dynamic:16'
+    python scripts/acceptance_curves.py --config=configs/curves.py:tiny --config.target=DIR \
+        --workdir=/tmp/curves_tiny   # seconds long, for tests: a tiny model directory
 
 Prompts: the distillation set's held-out split (specjax/data/prompts_heldout.jsonl),
 `per_category` per category. Drafters that are not available (the shipped default
@@ -20,8 +22,10 @@ a note in prompts.json; the drafter's chain rows stay.
 """
 import ml_collections
 
+from configs import common
 
-def get_config():
+
+def default():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
   c.drafters = "ngram:3,early_exit:6,smollm2-135m-draft,smollm2-135m-draft-lm"  # as in configs/benchmark.py
@@ -39,3 +43,19 @@ def get_config():
   c.batch_by_category = False  # one category per call: per-category speed (more compiles)
   c.repeats = 1  # timed runs per batch; the fastest counts
   return c
+
+
+def tiny():
+  """A seconds-long sweep for tests: pass a tiny model directory as the target."""
+  c = default()
+  c.drafters = "ngram:2,early_exit:1"
+  c.ks = "1,3"
+  c.temperatures = "0.0,1.0"
+  c.max_new_tokens = 8
+  c.prompts.source = "builtin"
+  c.prompts.categories = "chat,repeat_rewrite"
+  return c
+
+
+def get_config(arg=None):
+  return common.variant("curves", arg, {"default": default, "tiny": tiny}, "default")

@@ -8,6 +8,8 @@
 """
 import ml_collections
 
+from configs import common
+
 DEFAULT_PROMPT = ("Rewrite the following paragraph in plain, simple English, keeping every fact: "
                   "The municipal council convened on Tuesday evening to deliberate on the proposed "
                   "expansion of the public library. After extensive discussion, the council voted "
@@ -15,7 +17,7 @@ DEFAULT_PROMPT = ("Rewrite the following paragraph in plain, simple English, kee
                   "new reading room, a children's section and an expanded digital archive.")
 
 
-def get_config():
+def default():
   c = ml_collections.ConfigDict()
   c.target = "smollm2-135m"
   # A model source, "ngram:N", "early_exit:N", "<draft>+ngram:N", or "" for none. The default:
@@ -40,3 +42,7 @@ def get_config():
   c.mesh = ""  # "" = one device; "1,8" or "data=2,model=4": a (data, model) device mesh
   c.dtype = "float32"  # or "bfloat16" (params and caches; logits and sampling stay float32)
   return c
+
+
+def get_config(arg=None):
+  return common.variant("speculate", arg, {"default": default}, "default")

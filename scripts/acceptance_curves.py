@@ -8,7 +8,7 @@ and measured speedup, swept over drafters, temperatures and k.
     python scripts/acceptance_curves.py --config=configs/curves.py --workdir=DIR \
         --config.ks=2,4 --config.trees='static:4,2,1,1;dynamic:16'   # chain vs token trees
 
-Prompts (config.prompts.source): a source of specjax/bench/prompts.py (eval, heldout,
+Prompts (config.prompts.source): a source of specjax/prompts.py (eval, heldout,
 repeat, builtin; "+"-joined) or a prompts .jsonl path: Spec-Bench's question.jsonl
 ({question_id, category, turns}; the first turn) or the project's format; summary.md
 and acceptance_by_category.png break alpha down by its categories.
@@ -28,7 +28,8 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/curves.py", "Sweep config.")
-from specjax.bench import common, curves, prompts as prompts_lib  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax import prompts as prompts_lib
+from specjax.apps import common, curves  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 

@@ -6,7 +6,7 @@
     python scripts/benchmark.py --config.prompts.source=path/to/question.jsonl  # Spec-Bench
     python scripts/benchmark.py --config.trees='static:4,2,1,1;dynamic:16'  # chain vs trees
 
-Prompts (config.prompts.source): a source of specjax/bench/prompts.py (eval, heldout,
+Prompts (config.prompts.source): a source of specjax/prompts.py (eval, heldout,
 repeat, builtin; "+"-joined) or a prompts .jsonl path: Spec-Bench's question.jsonl
 ({question_id, category, turns}; the first turn) or the project's format; the table has
 one speedup column per category.
@@ -25,7 +25,7 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/benchmark.py", "Benchmark config.")
-from specjax.bench import common, prompts as prompts_lib, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax.apps import common, prompts as prompts_lib, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")

@@ -1,8 +1,13 @@
 """Distils a draft for speculative decoding (DistillSpec-style); logic in specjax.training.
 
-    python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2
-    python scripts/distill.py --config=configs/distill_tiny.py --workdir=/tmp/t --config.num_steps=20
-    python scripts/distill.py --config=configs/distill_smollm2.py --workdir=/tmp/d --config.mesh=2,4
+    python scripts/distill.py --config=configs/distill.py --workdir=/tmp/distill_smollm2
+    python scripts/distill.py --config=configs/distill.py:tiny --workdir=/tmp/t --config.num_steps=20
+    python scripts/distill.py --config=configs/distill.py --workdir=/tmp/d --config.mesh=2,4
+    python scripts/distill.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/m
+
+The config's variant picks the task: a draft model (LM or feature draft), or Medusa heads
+for a config with a `medusa` block (scripts/distill_medusa.py adds their export); both
+run the one loop of `specjax.training.loop`.
 
 Rerunning the same command on the same workdir resumes from the newest checkpoint;
 --stop_at=N ends a call after step N (train in chunks); --max_seconds=S ends it at the first
@@ -20,8 +25,8 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 FLAGS = flags.FLAGS
-define_config(None, "Distillation config file (configs/distill_*.py).",
-              example="configs/distill_smollm2.py")
+define_config(None, "Distillation config (configs/distill.py[:variant]).",
+              example="configs/distill.py")
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data pools go.")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host).")
 flags.DEFINE_integer("stop_at", None, "End this call after that step (a resumable chunk; "
@@ -57,9 +62,10 @@ def main(argv):
     jax.distributed.initialize()
   from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
+  from specjax.training.medusa import train_medusa
   from specjax.training.train import train
   config, workdir = FLAGS.config, FLAGS.workdir
-  from specjax.training.sharding import make_mesh
+  from specjax.parallel import make_mesh
   try:
     make_mesh(config.get("mesh"))  # a malformed --config.mesh= is one clear line, before any work
   except ValueError as e:
@@ -70,9 +76,10 @@ def main(argv):
   n_train = sum(map(len, data_lib.prompt_sets(train_prompts).values()))
   print(f"Target {target.name}, {n_train} train / {len(heldout_prompts)} held-out "
         f"prompts, {jax.device_count()} devices.", flush=True)
-  summary = train(config, workdir, target, train_prompts, heldout_prompts,
-                  log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at,
-                  max_seconds=FLAGS.max_seconds)
+  run = train_medusa if "medusa" in config else train  # the task: Medusa heads or a draft
+  summary = run(config, workdir, target, train_prompts, heldout_prompts,
+                log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at,
+                max_seconds=FLAGS.max_seconds, progress=True)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, "summary.json"), "w", encoding="utf-8") as f:
       json.dump({k: summary[k] for k in ("metrics", "latest_step", "best_step")}, f, indent=2)

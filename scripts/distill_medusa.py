@@ -1,7 +1,8 @@
 """Trains Medusa heads for a frozen target (Medusa-1); logic in specjax.training.medusa.
 
-    python scripts/distill_medusa.py --config=configs/distill_smollm2_medusa.py --workdir=/tmp/medusa_smollm2
-    python scripts/distill_medusa.py --config=configs/distill_medusa_tiny.py --workdir=/tmp/m --config.num_steps=20
+    python scripts/distill_medusa.py --config=configs/distill.py:medusa --workdir=/tmp/medusa_smollm2
+    python scripts/distill_medusa.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/m \
+        --config.num_steps=20
 
 Rerunning the same command on the same workdir resumes from the newest checkpoint. The
 workdir receives config.json, metrics.jsonl, the cached pools (data/), checkpoints/
@@ -12,10 +13,12 @@ import json
 import os
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+
+from config_cli import ROOT, define_config
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Medusa training config file.", lock_config=True)
+define_config(None, "Medusa training config (configs/distill.py:medusa or :medusa_tiny).",
+              example="configs/distill.py:medusa")
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data pools go.")
 flags.DEFINE_string("export", None, "Write the best heads as an asset directory here.")
 flags.DEFINE_bool("export_only", False, "Skip training: export the workdir's best heads.")
@@ -46,9 +49,9 @@ def main(argv):
     print(json.dumps(out), flush=True)
   if FLAGS.export:
     cfg, params, step = medusa_train.restore_heads(config, workdir, target, train_prompts)
+    source = os.path.relpath(os.path.abspath(str(FLAGS["config"].config_filename)), ROOT)
     save_medusa(cfg, params, FLAGS.export, target=config.target,
-                extra={"step": step, "config": "configs/" + os.path.basename(
-                    str(FLAGS["config"].config_filename))})
+                extra={"step": step, "config": source})
     print(f"Wrote the heads of step {step} to {FLAGS.export}.", flush=True)
 
 

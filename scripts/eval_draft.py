@@ -1,6 +1,6 @@
 """Measures a draft before and after distillation on the evaluation set, per category.
 
-    python scripts/eval_draft.py --config=configs/distill_smollm2.py \
+    python scripts/eval_draft.py --config=configs/distill.py:selfgen \
         --asset=specjax/assets/smollm2-135m-draft --num_prompts=16 --max_new=48 \
         --speed_prompts=4 --speed_ks=2,4 --out=experiments/distill_smollm2/results.json
     python scripts/eval_draft.py ... --prompts=heldout            # the templated held-out split
@@ -8,7 +8,7 @@
 
 Prompts (--prompts): by default the evaluation set `specjax/data/prompts_eval.jsonl`
 (hand-written, 12 categories, never used for training or checkpoint selection); any
-source of `specjax/bench/prompts.py` ("heldout", "repeat", "+"-joined) or a prompts file
+source of `specjax/prompts.py` ("heldout", "repeat", "+"-joined) or a prompts file
 (Spec-Bench's question.jsonl or the project's .jsonl). --num_prompts of them, the same
 share from every category (0: all).
 
@@ -34,8 +34,8 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 FLAGS = flags.FLAGS
-define_config(None, "The distillation config (configs/distill_*.py).",
-              example="configs/distill_smollm2.py")
+define_config(None, "The distillation config (configs/distill.py[:variant]).",
+              example="configs/distill.py")
 flags.DEFINE_string("workdir", None, "The distillation workdir (data pools, checkpoints); "
                     "needed without --asset.")
 flags.DEFINE_string("asset", None, "The distilled draft asset (default: best checkpoint).")
@@ -89,7 +89,8 @@ def main(argv):
   import specjax
   from types import SimpleNamespace
   from specjax.loading.asset import load_asset
-  from specjax.bench import common, prompts as prompts_lib
+  from specjax import prompts as prompts_lib
+  from specjax.apps import common
   from specjax.training import data as data_lib
   from specjax.training.setup import setup_target
   from specjax.training.checkpoints import CheckpointError, require_checkpoint
@@ -150,7 +151,7 @@ def main(argv):
       res["table"].append(row)
       print(json.dumps(row), flush=True)
   # Batch-1 speedup: prompts sharing one length bucket (one compile), one at a time.
-  from specjax.decoding.generate import prompt_bucket
+  from specjax.decoding.plan import prompt_bucket
   by_bucket = {}
   for p in prompts:
     by_bucket.setdefault(prompt_bucket(len(p)), []).append(p)

@@ -1,8 +1,8 @@
 """Exports a trained draft from a distillation workdir.
 
-    python scripts/export_hf.py --config=configs/distill_smollm2.py --workdir=/tmp/distill_smollm2 \
+    python scripts/export_hf.py --config=configs/distill.py:selfgen --workdir=/tmp/selfgen_draft \
         --asset=specjax/assets/smollm2-135m-draft
-    python scripts/export_hf.py --config=configs/distill_smollm2_lm.py --workdir=/tmp/distill_smollm2_lm \
+    python scripts/export_hf.py --config=configs/distill.py:lm --workdir=/tmp/distill_smollm2_lm \
         --asset=specjax/assets/smollm2-135m-draft-lm --hf_dir=/tmp/smollm2-135m-draft-lm-hf
 
 --asset: the shipped form (own tensors in float16, embeddings shared with the target).
@@ -20,8 +20,8 @@ from ml_collections import config_flags
 from config_cli import define_config
 
 FLAGS = flags.FLAGS
-define_config(None, "The distillation config (configs/distill_*.py).",
-              example="configs/distill_smollm2.py")
+define_config(None, "The distillation config (configs/distill.py[:variant]).",
+              example="configs/distill.py")
 flags.DEFINE_string("workdir", None, "The distillation workdir.")
 flags.DEFINE_string("asset", None, "Write the shipped asset here.")
 flags.DEFINE_string("hf_dir", None, "Write a Hugging Face directory here.")

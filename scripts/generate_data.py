@@ -1,7 +1,8 @@
 """Generates training data from the target itself (Magpie-style prompts, on-policy responses).
 
-    nice -n 10 python scripts/generate_data.py --config=configs/generate_data_smollm2.py \
-        --config.data_dir=/work/data/selfgen_smollm2 --stats_out=experiments/selfgen/stats.json
+    nice -n 10 python scripts/generate_data.py --config=configs/generate_data.py \
+        --stats_out=/tmp/selfgen_stats.json
+    python scripts/generate_data.py --config=configs/generate_data.py:tiny --config.target=DIR
 
 Resumable: rerun the same command after an interruption; `--config.max_shards=N` bounds
 one call. Writes shards, manifest.json and log.jsonl into config.data_dir, and the
@@ -13,11 +14,11 @@ import os
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from config_cli import define_config
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Generation config.", lock_config=True)
+_CONFIG = define_config(None, "Generation config (configs/generate_data.py[:tiny]).",
+                        example="configs/generate_data.py")
 _STATS_OUT = flags.DEFINE_string("stats_out", None, "Also write the cache's stats JSON here.")
 _STATS_ONLY = flags.DEFINE_bool("stats_only", False, "Only write the stats of the cache.")
 flags.mark_flags_as_required(["config"])

@@ -1,7 +1,7 @@
 """The transformers side of the benchmark (PyTorch; imported only inside these functions).
 
 It lives in scripts/, outside the specjax package, which never imports torch:
-`scripts/benchmark.py` hands this module to `specjax.bench.sidebyside.run_benchmark(...,
+`scripts/benchmark.py` hands this module to `specjax.apps.sidebyside.run_benchmark(...,
 peers=peers)` when the config asks for transformers rows.
 
 Each `hf_generate` call decodes ONE prompt (transformers' assisted and prompt-lookup
@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 def resolve_hf(source: str) -> tuple[str, Optional[str]]:
   """(directory, gguf file name or None) for `from_pretrained`, resolved like load_model."""
-  from specjax.loading.model import resolve
+  from specjax.loading import resolve
   path = resolve(source)
   if os.path.isdir(path):
     return path, None

@@ -12,7 +12,7 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/speculate.py", "Card config.")
-from specjax.bench import card  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax.apps import card  # noqa: E402  (after the config check: a bad flag fails fast)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JSON here.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False,
                                  "Call jax.distributed.initialize() first (multi-host).")

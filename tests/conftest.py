@@ -66,7 +66,7 @@ def _fresh_jax_caches():
 @pytest.fixture(scope="session", autouse=True)
 def specjax_cache(tmp_path_factory):
   """$SPECJAX_CACHE -> a session temporary directory (what needs it is rebuilt there)."""
-  from specjax.loading.asset import CACHE_ENV
+  from specjax.paths import CACHE_ENV
   path = tmp_path_factory.mktemp("specjax_cache")
   old = os.environ.get(CACHE_ENV)
   os.environ[CACHE_ENV] = str(path)

@@ -10,7 +10,7 @@ file's programs; a file that runs past `--timeout` is killed and reported; and a
 whose process a signal kills (a crash in XLA, not a failed assertion) is run once more,
 and said so. A file with a failing test is never rerun.
 
-  python tests/run_files.py [-m MARKEXPR] [--jobs N] [--timeout S] [files ...]
+  python tests/run_files.py [-m MARKEXPR] [--jobs N] [--timeout S] [files or folders ...]
 
 Prints one line per file as it finishes, the whole output of any file that failed, and
 a total; exits 1 if any file failed.
@@ -97,21 +97,29 @@ def _describe(result: FileResult) -> str:
   return f"{status:<8} {os.path.relpath(result.path, ROOT):<40} {counts} in {result.seconds:.0f} s{crashed}"
 
 
+def _tests_under(folder: str) -> list:
+  """test_*.py files in `folder` and its subfolders (tests/stub/ ...)."""
+  return [os.path.join(root, f) for root, _, files in os.walk(folder)
+          for f in files if f.startswith("test_") and f.endswith(".py")]
+
+
 def find_test_files(paths: list) -> list:
-  """The test files to run, largest first (a rough proxy for slowest first, so the
-  last files to start are short ones and the jobs end together)."""
+  """The test files to run (a folder stands for the test files under it; default: all of
+  tests/), largest first (a rough proxy for slowest first, so the last files to start
+  are short ones and the jobs end together)."""
   if not paths:
-    paths = [os.path.join(HERE, f) for f in os.listdir(HERE)
-             if f.startswith("test_") and f.endswith(".py")]
-  missing = [p for p in paths if not os.path.isfile(p)]
+    paths = [HERE]
+  missing = [p for p in paths if not os.path.exists(p)]
   if missing:
     raise SystemExit(f"run_files: no such test file: {', '.join(missing)}")
-  return sorted((os.path.abspath(p) for p in paths), key=os.path.getsize, reverse=True)
+  files = [f for p in paths for f in (_tests_under(p) if os.path.isdir(p) else [p])]
+  return sorted({os.path.abspath(f) for f in files}, key=os.path.getsize, reverse=True)
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("files", nargs="*", help="test files (default: tests/test_*.py)")
+  parser.add_argument("files", nargs="*",
+                      help="test files or folders (default: every tests/**/test_*.py)")
   parser.add_argument("-m", dest="markers", default=None, help="pytest marker expression")
   parser.add_argument("--jobs", type=int, default=2, help="files run at once (default 2)")
   parser.add_argument("--timeout", type=float, default=1200.0,

@@ -1,4 +1,4 @@
-"""Merged and selected run statistics (`specjax.bench.common`) keep the tree statistics.
+"""Merged and selected run statistics (`specjax.apps.common`) keep the tree statistics.
 
 Runs of one tiny target with a perturbed draft: merging two generate calls must give
 the counters of one call over all their rows (tree statistics included), selecting rows
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.bench import common
+from specjax.apps import common
 
 from tiny_models import perturbed, random_prompts, tiny
 
@@ -98,8 +98,8 @@ def test_tree_note_names_the_settings_a_drafter_cannot_run():
 
 
 @pytest.mark.parametrize("script,extra", [
-    ("scripts/benchmark.py", ["--config=configs/benchmark_tiny.py", "--config.k=2"]),
-    ("scripts/acceptance_curves.py", ["--config=configs/curves_tiny.py", "--config.ks=1,2"]),
+    ("scripts/benchmark.py", ["--config=configs/benchmark.py:tiny", "--config.k=2"]),
+    ("scripts/acceptance_curves.py", ["--config=configs/curves.py:tiny", "--config.ks=1,2"]),
 ])
 def test_scripts_reject_a_bad_tree_list_in_one_line(tmp_path, script, extra):
   env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")

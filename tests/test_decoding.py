@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.decoding.drafters import EarlyExitDrafter, _ngram_row
+from specjax.decoding.drafters import DrafterBase
+from specjax.decoding.drafters import EarlyExitDrafter, ngram_matches
 from specjax.decoding.stats import expected_tokens_per_pass
 from specjax.training.draft import build_feature_draft
 from specjax.training.export import with_head_kernel
@@ -193,20 +194,26 @@ def test_draft_equal_to_target_accepts_everything(k):
 def test_ngram_lookup_row():
   row = jnp.array([5, 6, 7, 8, 9, 1, 5, 6, 7, 0, 0, 0, 0, 0], jnp.int32)
   # last 3 tokens "5 6 7" match at 0 -> continue with 8 9 1 5 ...
-  np.testing.assert_array_equal(_ngram_row(row, jnp.int32(9), 3, 4), [8, 9, 1, 5])
+  np.testing.assert_array_equal(ngram_matches(row, jnp.int32(9), 3, 4)[0][0], [8, 9, 1, 5])
   # match runs into the end: periodic continuation
   row2 = jnp.array([3, 4, 3, 4, 3, 0, 0, 0], jnp.int32)
-  np.testing.assert_array_equal(_ngram_row(row2, jnp.int32(5), 2, 5), [4, 3, 4, 3, 4])
+  np.testing.assert_array_equal(ngram_matches(row2, jnp.int32(5), 2, 5)[0][0], [4, 3, 4, 3, 4])
   # no match at all: repeat the last token (q is one-hot, so it is simply verified)
   row3 = jnp.array([1, 2, 3, 0], jnp.int32)
-  np.testing.assert_array_equal(_ngram_row(row3, jnp.int32(3), 2, 2), [3, 3])
+  np.testing.assert_array_equal(ngram_matches(row3, jnp.int32(3), 2, 2)[0][0], [3, 3])
 
 
 @flax.struct.dataclass
-class NoisyOracle:
+class NoisyOracle(DrafterBase):
   """Drafts the target's own greedy tokens, each replaced by a wrong one w.p. 1 - alpha."""
   inner: EarlyExitDrafter
   alpha: float = flax.struct.field(pytree_node=False)
+
+  name = "noisyoracle"
+
+  @property
+  def caps(self):
+    return self.inner.caps
 
   def init(self, *args):
     return ()

@@ -1,4 +1,4 @@
-"""The cost paths (`specjax.bench.costs`, k="auto", tree="auto") time a multi-layer
+"""The cost paths (`specjax.tune.costs`, k="auto", tree="auto") time a multi-layer
 (EAGLE-3 style) feature draft on the inputs the loop gives it: the timed proposal equals
 the loop's cache-free reference drafts, and k="auto" / tree="auto" run with a 3-layer
 feature draft and yield the tokens of the fixed k / tree they chose."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.bench import costs
+from specjax.tune import costs
 from specjax.decoding.drafters import FeatureDrafter
 from test_feature_draft import ML_LAYERS, TARGET, _ml_draft, _ml_reference_drafts
 
@@ -78,7 +78,7 @@ def test_auto_tree_reads_the_cached_cost_table(tmp_path, monkeypatch, capsys):
   """tree="auto" takes c(T) and the draft cost from k="auto"'s cost tables: in a new
   process (the per-process choice cleared) no pass cost is timed again, and the model
   shortlists the same trees."""
-  from specjax.decoding import tree_auto
+  from specjax.tune import tree as tree_auto
   draft = _auto_setup(tmp_path, monkeypatch)
   specjax.generate(TARGET, PROMPTS, 12, draft=draft, tree="auto", k=2, **SAMPLED)
   finalists = lambda out: re.findall(r"(static:[0-9,]+) [0-9.]+", out.split("finalists")[1])

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.decoding.drafters import FeatureDrafter
+from specjax.decoding.drafters import DrafterBase, FeatureDrafter
 from specjax.decoding.loop import run
 from specjax.models import feature_forward, forward_hidden, head
 from specjax.models.feature_draft import feature_forward_unrolled
@@ -28,10 +28,16 @@ DRAFT_CFG = dataclasses.replace(TARGET.cfg, n_layers=2)  # the feature drafts te
 
 
 @flax.struct.dataclass
-class Recorder:
+class Recorder(DrafterBase):
   """Wraps a drafter and logs, per round, each row's final-token count and its drafts."""
   inner: FeatureDrafter
   k: int = flax.struct.field(pytree_node=False)
+
+  name = "recorder"
+
+  @property
+  def caps(self):
+    return self.inner.caps
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     b = prompt.shape[0]
@@ -187,7 +193,7 @@ def test_feature_draft_asset_roundtrip(tmp_path):
     np.testing.assert_allclose(a, b, atol=1e-3)
   assert loaded.params["head_vocab"].tolist() == params["head_vocab"].tolist()
   with pytest.raises(LoadError, match="feature"):
-    export.materialize_hf(str(tmp_path / "asset"), cache_dir=str(tmp_path / "cache"))
+    export.materialize_hf(str(tmp_path / "asset"), target, cache_dir=str(tmp_path / "cache"))
   with pytest.raises(ValueError, match="feature"):
     export.export_hf(cfg, params, str(tmp_path / "hf"))
 

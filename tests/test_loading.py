@@ -349,7 +349,7 @@ def test_no_specjax_module_imports_torch():
   code = ("import importlib, pkgutil, sys, specjax; "
           "names = [m.name for m in pkgutil.walk_packages(specjax.__path__, 'specjax.')]; "
           "[importlib.import_module(n) for n in names]; "
-          "assert 'specjax.bench.sidebyside' in names and len(names) > 30, names; "
+          "assert 'specjax.apps.sidebyside' in names and len(names) > 30, names; "
           "assert 'torch' not in sys.modules, 'torch was imported'")
   proc = _run_python(code)
   assert proc.returncode == 0, proc.stderr[-2000:]

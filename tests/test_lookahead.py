@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.decoding import lookahead
+from specjax.decoding.drafters import lookahead
 from specjax.training.toy import toy_target
 from tiny_models import random_prompts, tiny
 

@@ -12,8 +12,8 @@ import pytest
 
 import specjax
 import test_exact_sampling as ex
-from specjax.decoding.drafters import DraftContext, LookupFirstDrafter, _ngram_match
-from specjax.decoding.generate import resolve_drafter
+from specjax.decoding.drafters import DraftContext, DrafterBase, LookupFirstDrafter, best_match
+from specjax.api import resolve_drafter
 from specjax.sampling import SamplingParams
 from specjax.training.draft import build_feature_draft
 from test_decoding import CLOSE_FEATURE, TARGET, assert_counters_consistent
@@ -21,8 +21,9 @@ from tiny_models import random_prompts
 
 
 @flax.struct.dataclass
-class FixedDrafter:
+class FixedDrafter(DrafterBase):
   """Proposes token 7 at every position with a uniform q (a stand-in base)."""
+  name = "fixed"
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     return ()
@@ -52,7 +53,7 @@ def test_lookup_where_the_suffix_repeats_else_the_base():
   rows[1, :8] = [5, 1, 2, 3, 9, 4, 6, 2]  # only "2" seen before: a 1-token match
   rows[2, :6] = [1, 2, 3, 4, 5, 6]  # no match
   ctx = _ctx(rows, [8, 8, 6], k=3, vocab=10)
-  _, size = jax.vmap(lambda r, n: _ngram_match(r, n, 3, 3))(ctx.tokens, ctx.n_tokens)
+  _, size = best_match(ctx.tokens, ctx.n_tokens, 3, 3)
   assert size.tolist() == [2, 1, 0]
   for min_match, lookup_rows in [(2, {0}), (1, {0, 1})]:
     drafter = LookupFirstDrafter(base=FixedDrafter(), n=3, min_match=min_match)

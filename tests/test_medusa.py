@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.decoding.medusa import MedusaDrafter
+from specjax.decoding.drafters import MedusaDrafter
 from specjax.models import medusa as medusa_lib
 from tiny_models import random_prompts, tiny
 
@@ -98,7 +98,7 @@ def test_subclass_gets_its_own_compiled_loop():
   compares equal to the parent's; the compile cache must still tell them apart, or the
   negative control above would sometimes run the parent's (exact) program: it did, in a
   test run of 2026-12-03, when the two hashes met in the cache's table."""
-  from specjax.decoding.generate import signature
+  from specjax.decoding.compiled import signature
   d = heads_for(TARGET)
   w = WrongQ(params=d.params, kernel=d.kernel, cfg=d.cfg)
   assert jax.tree.flatten(d)[1] == jax.tree.flatten(w)[1]  # why the classes are keyed apart
@@ -112,8 +112,8 @@ def test_subclass_gets_its_own_compiled_loop():
 
 
 def tiny_config(**overrides):
-  from configs import distill_medusa_tiny
-  c = distill_medusa_tiny.get_config()
+  from configs import distill
+  c = distill.get_config("medusa_tiny")
   for key, v in overrides.items():
     node, *rest = key.split(".")
     if rest:
@@ -204,7 +204,7 @@ def test_greedy_identical_on_smollm2():
   target = specjax.load_model("smollm2-135m")
   prompts = [target.encode(p, chat=True) for p in
              ["List three fruits.", "Rewrite in the passive voice: The cat chased the dog."]]
-  from specjax.decoding.generate import resolve_drafter
+  from specjax.api import resolve_drafter
   from specjax.loading import registry
   if "smollm2-135m-medusa" in registry.REGISTRY:  # the shipped heads
     drafter = resolve_drafter("smollm2-135m-medusa", target)

@@ -54,7 +54,7 @@ def test_bad_draft_spec_names_the_spec_and_the_grammar(target, spec, problem):
 
 def test_good_draft_specs_still_parse(target):
   from specjax.decoding.drafters import EarlyExitDrafter, NgramDrafter
-  from specjax.decoding.generate import resolve_drafter
+  from specjax.api import resolve_drafter
   assert resolve_drafter("ngram", target) == NgramDrafter(n=3)
   assert resolve_drafter("ngram:2", target) == NgramDrafter(n=2)
   assert resolve_drafter("early_exit:1", target) == EarlyExitDrafter(n_layers=1)
@@ -64,7 +64,7 @@ def test_good_draft_specs_still_parse(target):
 
 def test_card_fails_loudly_for_a_draft_it_cannot_load():
   """A mistyped draft is an error, not a silent fallback to n-gram lookup."""
-  from specjax.bench import card
+  from specjax.apps import card
   with pytest.raises(LoadError, match="no-such-draft: unknown model"):
     card.load_draft("no-such-draft", fallback="ngram:3")
   # A spec, even a mistyped one, goes to generate, whose error names the grammar.
@@ -74,7 +74,7 @@ def test_card_fails_loudly_for_a_draft_it_cannot_load():
 def test_card_loads_a_combined_draft_once():
   """'<draft>+ngram:N': the base loaded (once) by the card, prompt lookup put in front;
   a bad lookup part is one clear error."""
-  from specjax.bench import card
+  from specjax.apps import card
   from specjax.decoding.drafters import EarlyExitDrafter, LookupFirstDrafter
   target = tiny("llama", seed=0)
   label, draft, warning = card.load_draft("early_exit:1+ngram:2", target=target)
@@ -86,7 +86,7 @@ def test_card_loads_a_combined_draft_once():
 
 def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):
   """Only a registry draft missing from this install falls back, and the card says so."""
-  from specjax.bench import card
+  from specjax.apps import card
   from specjax.loading import registry
 
   def missing():
@@ -111,7 +111,7 @@ def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):
 
 @pytest.mark.parametrize("speedup,word", [(0.62, "below 1"), (1.4, "above 1")])
 def test_card_explains_its_speedup_from_the_measured_costs(speedup, word):
-  from specjax.bench import card
+  from specjax.apps import card
   c = {"k": 4, "tokens_per_pass": 1.32, "speedup": speedup, "round_in_steps": 2.0,
        "verify_share": 0.9}
   note = card.speedup_note(c)
@@ -135,11 +135,15 @@ SCRIPTS = [
     ("speculate.py", [], "max_new_tokens", "k='auto'"),
     ("benchmark.py", [], "prompts.source", "max_new_tokens="),
     ("acceptance_curves.py", ["--workdir=/nonexistent"], "ks", "ks="),
-    ("distill.py", ["--config=configs/distill_tiny.py", "--workdir=/nonexistent"],
+    ("distill.py", ["--config=configs/distill.py:tiny", "--workdir=/nonexistent"],
      "num_steps", "num_steps="),
-    ("eval_draft.py", ["--config=configs/distill_tiny.py"], "num_steps", "num_steps="),
-    ("export_hf.py", ["--config=configs/distill_tiny.py", "--workdir=/nonexistent"],
+    ("eval_draft.py", ["--config=configs/distill.py:tiny"], "num_steps", "num_steps="),
+    ("export_hf.py", ["--config=configs/distill.py:tiny", "--workdir=/nonexistent"],
      "num_steps", "num_steps="),
+    ("distill_medusa.py", ["--config=configs/distill.py:medusa_tiny", "--workdir=/nonexistent"],
+     "medusa.n_heads", "num_steps="),
+    ("generate_data.py", ["--config=configs/generate_data.py:tiny"], "filters.ngram",
+     "num_pairs="),
 ]
 
 
@@ -157,14 +161,15 @@ def test_unknown_config_field_is_one_line_naming_the_valid_ones(script, flags, f
   assert "did you mean" in nested.stderr and field in nested.stderr, nested.stderr
 
 
-@pytest.mark.parametrize("spec", ["configs/distill_smollm2_grow.py:3",
-                                  "configs/distill_smollm2_compare.py:5"])
-def test_config_argument_the_config_rejects_is_one_line(spec):
-  proc = _script("distill.py", f"--config={spec}", "--workdir=/nonexistent")
+@pytest.mark.parametrize("script,spec", [("distill.py", "configs/distill.py:nope"),
+                                         ("distill_medusa.py", "configs/distill.py:medusa_tinyy"),
+                                         ("generate_data.py", "configs/generate_data.py:nope")])
+def test_config_argument_the_config_rejects_is_one_line(script, spec):
+  proc = _script(script, f"--config={spec}", "--workdir=/nonexistent")
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(f"error: --config={spec}: "), proc.stderr
-  assert "give 1 or" in lines[0], lines[0]
+  assert "is not a variant" in lines[0] and "give one of" in lines[0] and "tiny" in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("script,flags,field,default", SCRIPTS, ids=[s[0] for s in SCRIPTS])
@@ -181,7 +186,7 @@ def test_workdir_without_a_checkpoint_is_one_line(tmp_path, script):
   """A workdir no run has trained in: one line naming it and what to do, before any pool
   is sampled into it."""
   work = tmp_path / "not_a_run"
-  proc = _script(script, "--config=configs/distill_tiny.py", f"--workdir={work}",
+  proc = _script(script, "--config=configs/distill.py:tiny", f"--workdir={work}",
                  *(["--asset=" + str(tmp_path / "a")] if script == "export_hf.py" else []))
   assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   lines = proc.stderr.strip().splitlines()
@@ -215,7 +220,7 @@ def test_setup_builds_without_warnings_and_ships_assets_and_data(tmp_path):
 
 
 def test_specjax_cache_is_a_temporary_directory_in_tests(specjax_cache):
-  from specjax.loading.asset import cache_root
+  from specjax.paths import cache_root
   assert cache_root() == specjax_cache == os.environ["SPECJAX_CACHE"]
   assert not specjax_cache.startswith(os.path.join(os.path.expanduser("~"), ".cache"))
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.decoding import auto_k
-from specjax.decoding.generate import prompt_bucket
+from specjax.tune import k as auto_k
+from specjax.decoding.plan import prompt_bucket
 from specjax.decoding.stats import expected_tokens_per_pass
 from specjax.models import KVCache, ModelConfig, forward, init_params
 from specjax.models import transformer as tf

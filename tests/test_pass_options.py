@@ -14,7 +14,7 @@ from specjax.models.params import inference_layout
 from tests.tiny_models import perturbed, tiny
 
 # The module (the package's `generate` attribute is the function of that name).
-generate_lib = importlib.import_module("specjax.decoding.generate")
+generate_lib = importlib.import_module("specjax.decoding.compiled")
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -75,7 +75,7 @@ def test_rounds_compiled_without_ynn_and_prefill_with_defaults():
     alone = specjax.generate(target, prompts, 12, eos_ids=())
     assert spec.tokens == alone.tokens
     assert 0 < spec.stats.acceptance_rate < 1  # partial acceptance is exercised
-    loops = [loop for loop, _ in generate_lib._COMPILED.values()]
+    loops = list(generate_lib._COMPILED.values())
     spec_loop = loops[0]
     assert _ynn_dots(spec_loop.prefill.as_text())
     rounds = spec_loop.rounds.as_text()

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from specjax.bench import prompts as prompts_lib
+from specjax import prompts as prompts_lib
 from specjax.training import selfgen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,10 +146,10 @@ def _script(*args):
 ])
 def test_scripts_reject_a_bad_prompts_file_in_one_line(tmp_path, script, flag):
   bad = _write(tmp_path / "question.jsonl", [{"question_id": 1, "category": "", "turns": ["x"]}])
-  extra = {"scripts/benchmark.py": ["--config=configs/benchmark_tiny.py"],
-           "scripts/acceptance_curves.py": ["--config=configs/curves_tiny.py",
+  extra = {"scripts/benchmark.py": ["--config=configs/benchmark.py:tiny"],
+           "scripts/acceptance_curves.py": ["--config=configs/curves.py:tiny",
                                             f"--workdir={tmp_path / 'w'}"],
-           "scripts/eval_draft.py": ["--config=configs/distill_tiny.py", "--asset=unused"]}[script]
+           "scripts/eval_draft.py": ["--config=configs/distill.py:tiny", "--asset=unused"]}[script]
   proc = _script(script, *extra, flag + bad)
   assert proc.returncode != 0
   lines = proc.stderr.strip().splitlines()
@@ -161,7 +161,7 @@ def test_scripts_reject_a_bad_prompts_file_in_one_line(tmp_path, script, flag):
 def test_curves_read_spec_bench_per_category(tmp_path, tiny_llama_dir):
   path = _write(tmp_path / "question.jsonl", SPEC_BENCH)
   work = tmp_path / "curves"
-  proc = _script("scripts/acceptance_curves.py", "--config=configs/curves_tiny.py",
+  proc = _script("scripts/acceptance_curves.py", "--config=configs/curves.py:tiny",
                  f"--config.target={tiny_llama_dir}", f"--workdir={work}", f"--config.prompts.source={path}",
                  "--config.prompts.per_category=0", "--config.prompts.categories=",
                  "--config.drafters=ngram:2", "--config.ks=2", "--config.temperatures=0", "--noprogress")

@@ -73,3 +73,16 @@ def test_a_hanging_file_is_killed(tmp_path):
 def test_marker_selecting_nothing_is_not_a_failure(tmp_path):
   good = _write(tmp_path, "test_good.py", "def test_a(): pass\n")
   assert run_files.main([good, "-m", "real_model"]) == 0
+
+
+def test_folders_stand_for_their_test_files(tmp_path):
+  """The default run and a folder argument take test files from subfolders too (tests/stub)."""
+  top = _write(tmp_path, "test_top.py", "def test_a(): pass\n")
+  (tmp_path / "stub").mkdir()
+  sub = _write(tmp_path / "stub", "test_sub.py", "def test_a(): pass\n")
+  _write(tmp_path / "stub", "helpers.py", "X = 1\n")
+  assert sorted(run_files.find_test_files([str(tmp_path)])) == sorted([top, sub])
+  assert run_files.find_test_files([str(tmp_path / "stub"), sub]) == [sub]
+  found = run_files.find_test_files([])
+  assert os.path.join(run_files.HERE, "stub", "test_loop_stub.py") in found
+  assert os.path.join(run_files.HERE, "test_run_files.py") in found

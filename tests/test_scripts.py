@@ -82,7 +82,7 @@ def _png_ok(path: str) -> bool:
 def test_acceptance_curves_end_to_end(tiny_dirs, tmp_path):
   target, _ = tiny_dirs
   workdir = tmp_path / "curves"
-  proc = _run("acceptance_curves.py", "--config=configs/curves_tiny.py", f"--workdir={workdir}",
+  proc = _run("acceptance_curves.py", "--config=configs/curves.py:tiny", f"--workdir={workdir}",
               f"--config.target={target}", "--config.drafters=ngram:2,early_exit:1",
               "--config.ks=1,2", "--config.temperatures=0,1", "--config.batch_by_category=False",
               "--config.trees=static:2,1", "--noprogress")
@@ -138,7 +138,7 @@ def test_benchmark_end_to_end(tiny_dirs, tmp_path):
   generation (whose acceptance is reconstructed from forward-call records)."""
   target, _ = tiny_dirs
   workdir, k = tmp_path / "bench", 2
-  proc = _run("benchmark.py", "--config=configs/benchmark_tiny.py", f"--workdir={workdir}",
+  proc = _run("benchmark.py", "--config=configs/benchmark.py:tiny", f"--workdir={workdir}",
               f"--config.target={target}", f"--config.drafters=ngram:2,{target},missing-draft",
               f"--config.k={k}", "--config.prompts.categories=chat", "--noprogress",
               "--config.trees=static:2,1", f"--json_out={tmp_path / 'out.json'}")
@@ -245,5 +245,6 @@ def test_speculate_bad_input_and_unreachable_model_are_clear_errors(tiny_dirs):
   from huggingface_hub import try_to_load_from_cache
   if isinstance(try_to_load_from_cache("gpt2", "config.json"), str):
     return  # gpt2 is cached here: the seed card would run instead of failing
-  err = fails("--config=configs/seed_card.py")
+  err = fails("--config.target=gpt2", "--config.draft=distilgpt2", "--config.k=4",
+              "--config.chat=False")
   assert "error: gpt2" in err and "hub" in err

@@ -1,7 +1,7 @@
 """Self-generated training data (specjax/training/selfgen.py) on a tiny random target.
 
 The target is conftest's tiny Llama with a ChatML template (its user turns, random
-text, are kept when cut off at prompt_max_new: configs/generate_data_tiny.py). Checked: the filters
+text, are kept when cut off at prompt_max_new: configs/generate_data.py:tiny). Checked: the filters
 and the near-duplicate / evaluation-set guard on crafted strings; generated prompts
 are distinct, pass the filters and are what the responses were sampled for; greedy
 prompts collapse to one per (category, opener) and the duplicates are dropped; a run
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from configs import generate_data_tiny
+from configs import generate_data
 from specjax.training import selfgen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,7 @@ def target(tiny_llama_dir):
 
 
 def _config(tmp_path, name="data", **over):
-  c = generate_data_tiny.get_config()
+  c = generate_data.get_config("tiny")
   c.data_dir = str(tmp_path / name)
   for k, v in over.items():
     node, *path = k.split(".")
@@ -55,8 +55,8 @@ def test_user_prefix_stops_at_the_user_turn(target):
 
 
 def test_filters_on_crafted_prompts():
-  f = generate_data_tiny.get_config().filters  # relaxed: only length in words
-  real = __import__("configs.generate_data_smollm2", fromlist=["x"]).get_config().filters
+  f = generate_data.get_config("tiny").filters  # relaxed: only length in words
+  real = generate_data.get_config().filters
   good = "How do I make a simple tomato soup for four people?"
   assert selfgen.reject_reason(good, real) is None
   assert selfgen.reject_reason("Hi there", real) == "short"
@@ -183,7 +183,7 @@ def test_generate_data_script(tmp_path, tiny_llama_dir):
   out = tmp_path / "stats.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
   run = lambda *extra: subprocess.run(
-      [sys.executable, "scripts/generate_data.py", "--config=configs/generate_data_tiny.py",
+      [sys.executable, "scripts/generate_data.py", "--config=configs/generate_data.py:tiny",
        f"--config.target={tiny_llama_dir}", f"--config.data_dir={tmp_path / 'd'}",
        "--config.num_pairs=8",
        f"--stats_out={out}", *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -21,8 +21,8 @@ sys.path.insert(0, ROOT)  # configs/ is importable from the repository root
 
 
 def _tiny_config(**over):
-  from configs.distill_tiny import get_config
-  c = get_config()
+  from configs.distill import get_config
+  c = get_config("tiny")
   c.eval.engine = False
   c.eval.every = 0
   for k, v in over.items():
@@ -288,7 +288,7 @@ def test_export_hf_roundtrip_with_transformers(tmp_path):
 @pytest.mark.slow
 def test_distill_script_runs_end_to_end(tmp_path):
   work = tmp_path / "w"
-  cmd = [sys.executable, "scripts/distill.py", "--config=configs/distill_tiny.py",
+  cmd = [sys.executable, "scripts/distill.py", "--config=configs/distill.py:tiny",
          f"--workdir={work}", "--config.num_steps=6", "--config.eval.every=6",
          "--config.ckpt_every=3"]
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)

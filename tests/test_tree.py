@@ -10,7 +10,7 @@ import pytest
 
 import specjax
 from specjax.decoding import tree as tree_lib
-from specjax.decoding import tree_auto
+from specjax.tune import tree as tree_auto
 from specjax.decoding.tree import TreeSpec
 from specjax.models import KVCache
 from specjax.models.cache import gather_path
@@ -107,7 +107,7 @@ PROMPTS[1] = PROMPTS[1] * 3  # a repetitive row, so n-gram matches get accepted 
 
 def _feature_and_lookup():
   from specjax.decoding.drafters import LookupFirstDrafter
-  from specjax.decoding.generate import resolve_drafter
+  from specjax.api import resolve_drafter
   return LookupFirstDrafter(base=resolve_drafter(FEATURE, TARGET), n=3)
 
 
@@ -204,17 +204,17 @@ def test_single_branch_tree_equals_chain(draft):
 
 
 def test_ngram_candidates():
-  from specjax.decoding.drafters import _ngram_candidates, _ngram_row
+  from specjax.decoding.drafters import ngram_matches
   row = jnp.array([5, 6, 7, 8, 9, 1, 6, 7, 3, 5, 6, 7, 0, 0], jnp.int32)
-  got = np.asarray(_ngram_candidates(row, jnp.int32(12), 3, 3, 3))
+  got = np.asarray(ngram_matches(row, jnp.int32(12), 3, 3, 3)[0])
   # "5 6 7" matches at 0 (-> 8 9 1); "6 7" also at 6 (-> 3 5 6); "7" nowhere else.
   assert got[0].tolist() == [8, 9, 1] and got[1].tolist() == [3, 5, 6]
   assert got[2].tolist() == [7, 7, 7]  # no third match: the last token repeated
   rng = np.random.default_rng(0)
   for _ in range(2):
     r = jnp.asarray(rng.integers(0, 4, 20), jnp.int32)
-    np.testing.assert_array_equal(_ngram_candidates(r, jnp.int32(15), 3, 4, 1)[0],
-                                  _ngram_row(r, jnp.int32(15), 3, 4))
+    np.testing.assert_array_equal(ngram_matches(r, jnp.int32(15), 3, 4, 1)[0][0],
+                                  ngram_matches(r, jnp.int32(15), 3, 4)[0][0])
 
 
 def _first_children_only(tokens, parents, q, p, key, depth):

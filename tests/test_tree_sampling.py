@@ -90,7 +90,7 @@ def _lookup_beside(min_match: int, chain: int = 0):
   """A feature draft's tree with a prompt-lookup chain under the root (`LookupFirstDrafter`);
   min_match 0 puts the chain first in every row, 2 after the tree (PROMPT never repeats)."""
   from specjax.decoding.drafters import LookupFirstDrafter
-  from specjax.decoding.generate import resolve_drafter
+  from specjax.api import resolve_drafter
   from specjax.training.draft import build_feature_draft
   cfg, params = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
                                     key=jax.random.PRNGKey(4), init_std=0.5)

@@ -1,6 +1,6 @@
 """Alpha before and after distillation, per loss, from distillation workdirs.
 
-    python experiments/distill_losses/collect.py --config=configs/distill_tiny.py \
+    python experiments/distill_losses/collect.py --config=configs/distill.py:tiny \
         --workdirs=/tmp/dl_fkl,/tmp/dl_rkl,/tmp/dl_jsd,/tmp/dl_tvd --out=results.json
 
 For each workdir: the draft at initialisation ("before", rebuilt exactly as the trainer

@@ -7,10 +7,10 @@ ROOT=${1:-/tmp/distill_losses}
 STEPS=${2:-150}
 PY=${PY:-.venv/bin/python}
 for loss in ${LOSSES:-fkl rkl jsd tvd}; do
-  $PY scripts/distill.py --config=configs/distill_tiny.py --workdir="$ROOT/$loss" \
+  $PY scripts/distill.py --config=configs/distill.py:tiny --workdir="$ROOT/$loss" \
       --config.loss.name=$loss --config.num_steps=$STEPS --config.eval.every=50
 done
-$PY experiments/distill_losses/collect.py --config=configs/distill_tiny.py \
+$PY experiments/distill_losses/collect.py --config=configs/distill.py:tiny \
     --config.num_steps=$STEPS --config.eval.every=50 \
     --config.prompts.num_heldout=64 --config.eval.max_new_tokens=32 \
     --workdirs="$ROOT/fkl,$ROOT/rkl,$ROOT/jsd,$ROOT/tvd" \

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import specjax
-from specjax.bench import prompts as prompts_lib
-from specjax.decoding.generate import resolve_drafter
+from specjax import prompts as prompts_lib
+from specjax.api import resolve_drafter
 from specjax.loading.asset import with_head_kernel
 
 

@@ -75,7 +75,7 @@ class CostTimer:
 
   def __init__(self, target, widths, drafts: dict, context_len: int, max_len: int):
     import numpy as np
-    from specjax.bench import costs
+    from specjax.tune import costs
     self._time = costs.time_call
     max_len = -(-max_len // 128) * 128
     self.passes = costs.pass_calls(target, context_len, max_len, widths)
@@ -116,9 +116,9 @@ def main(argv):
   sys.path.insert(0, os.getcwd())
   import numpy as np
   import specjax
-  from specjax.bench import prompts as prompts_lib
+  from specjax import prompts as prompts_lib
   from specjax.decoding import tree as tree_lib
-  from specjax.decoding.generate import resolve_drafter
+  from specjax.api import resolve_drafter
   c, out_dir = FLAGS.config, FLAGS.out
   os.makedirs(out_dir, exist_ok=True)
   if FLAGS.report_only:

@@ -8,9 +8,9 @@ trainer), greedy, batch 1, 48 new tokens; chain and tree where the drafter build
 
 A preset after the path picks other settings on the same prompts (ml_collections passes it
 to get_config), e.g. `--config=experiments/drafter_by_category/compare_config.py:chains`:
-"chains" (every stepping drafter's chain, for the closed form; out compare_chains) or
-"lookup" (prompt lookup in front of the feature draft, '<draft>+ngram:3', beside the draft
-and the lookup alone; out compare_lookup).
+"chains" (every stepping drafter's chain, for the closed form) or "lookup" (prompt lookup
+in front of the feature draft, '<draft>+ngram:3', beside the draft and the lookup alone;
+out compare_rounds_4 with --config.per_category=4).
 """
 import ml_collections
 

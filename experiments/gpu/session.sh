@@ -2,7 +2,7 @@
 # One accelerator lease, one prepared script (about 9.5 minutes on one H200):
 #   A. self-generated pairs from the embedded target (scripts/generate_data.py, GPU-sized
 #      shards; resumable, so a stage cut by its timeout keeps every finished shard);
-#   B. the shipped draft continued on them (configs/distill_smollm2_gpu.py with init_from
+#   B. the shipped draft continued on them (experiments/gpu/config.py with init_from
 #      the shipped asset, its 1-layer features or LAYERS='(2,15,29)' grown from them,
 #      bfloat16, batch 128 as 2 micro-batches;
 #      scripts/distill.py --max_seconds ends it evaluated and saved);
@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# XLA's compiles took most of the 2026-12-04 lease (README); programs compiled by one
+# XLA's compiles took most of the one H200 lease (README); programs compiled by one
 # stage or call are read back by the next from this persistent cache
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
 STAGES=${STAGES:-A B C D}
@@ -65,9 +65,9 @@ log "devices: $($PY -c 'import jax; print(jax.devices())' 2>&1 | tail -1)"
 if run_stage A; then
   log "A. self-generated data (limit ${T_GEN} s)"
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_GEN" $PY scripts/generate_data.py \
-    --config=configs/generate_data_smollm2.py --config.data_dir="$DATA" $GEN > "$W/gen.log" 2>&1
+    --config=configs/generate_data.py --config.data_dir="$DATA" $GEN > "$W/gen.log" 2>&1
   log "A ended (rc $?): $(grep -c '"shard"' "$DATA/log.jsonl" 2>/dev/null) shards"
-  $PY scripts/generate_data.py --config=configs/generate_data_smollm2.py --config.data_dir="$DATA" \
+  $PY scripts/generate_data.py --config=configs/generate_data.py --config.data_dir="$DATA" \
     $GEN --stats_only > "$W/gen_stats.log" 2>&1
   cp "$DATA/log.jsonl" "$W/gen_log.jsonl" 2>/dev/null; cp "$DATA/stats.json" "$W/gen_stats.json" 2>/dev/null
   tail -3 "$W/gen.log"; pack
@@ -75,16 +75,16 @@ fi
 if run_stage B; then
   log "B. distillation (limit ${T_TRAIN} s)"
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT $((T_TRAIN + 60)) $PY scripts/distill.py \
-    --config=configs/distill_smollm2_gpu.py --workdir="$W/train" $DRAFT_FLAGS $TRAIN \
+    --config=experiments/gpu/config.py --workdir="$W/train" $DRAFT_FLAGS $TRAIN \
     --max_seconds="$T_TRAIN" > "$W/train.log" 2>&1
   log "B ended (rc $?)"; grep -E "^step|Out of time|Resuming|Target" "$W/train.log" | tail -8; pack
 fi
 if run_stage C; then
   log "C. export and evaluation set (limit ${T_EVAL} s)"
-  $PY scripts/export_hf.py --config=configs/distill_smollm2_gpu.py --workdir="$W/train" $DRAFT_FLAGS \
+  $PY scripts/export_hf.py --config=experiments/gpu/config.py --workdir="$W/train" $DRAFT_FLAGS \
     $TRAIN --asset="$W/asset" > "$W/export.log" 2>&1 || tail -3 "$W/export.log"
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.8 timeout -s INT "$T_EVAL" $PY scripts/eval_draft.py \
-    --config=configs/distill_smollm2_gpu.py $DRAFT_FLAGS $TRAIN --asset="$W/asset" $EVAL --ks=4 \
+    --config=experiments/gpu/config.py $DRAFT_FLAGS $TRAIN --asset="$W/asset" $EVAL --ks=4 \
     --temperatures=0,1 --speed_prompts=0 --out="$W/eval_gpu.json" > "$W/eval.log" 2>&1
   log "C ended (rc $?)"; tail -4 "$W/eval.log"; pack
 fi

@@ -22,10 +22,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import specjax  # noqa: E402
 from configs.speculate import DEFAULT_PROMPT  # noqa: E402
-from specjax.bench import prompts as prompts_lib  # noqa: E402
-from specjax.bench.common import write_report  # noqa: E402
+from specjax import prompts as prompts_lib  # noqa: E402
+from specjax.apps.common import write_report  # noqa: E402
 from specjax.decoding.drafters import LookupFirstDrafter  # noqa: E402
-from specjax.decoding.generate import resolve_drafter  # noqa: E402
+from specjax.api import resolve_drafter  # noqa: E402
 
 
 def measure(target, drafter, rows, k, max_new, temperature, reference=None) -> dict:

@@ -15,10 +15,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from configs.speculate import DEFAULT_PROMPT  # noqa: E402
-from specjax.bench import prompts as prompts_lib  # noqa: E402
-from specjax.bench.common import write_report  # noqa: E402
+from specjax import prompts as prompts_lib  # noqa: E402
+from specjax.apps.common import write_report  # noqa: E402
 from specjax.decoding import generate  # noqa: E402
-from specjax.decoding.generate import lookup_first  # noqa: E402
+from specjax.api import lookup_first  # noqa: E402
 from specjax.loading import load_model  # noqa: E402
 
 

@@ -62,7 +62,7 @@ def prefill_flops(cfg, n: int) -> tuple:
 
 def flops(cfg, n: int, new: int) -> float:
   """FLOPs of a causal prefill of n tokens (head at the last position) and new - 1 decode steps."""
-  from specjax.bench.pass_cost import pass_flops
+  from pass_cost import pass_flops
   return (sum(prefill_flops(cfg, n)) + 2.0 * cfg.d_model * cfg.vocab_size
           + sum(pass_flops(cfg, 1, n + i) for i in range(new - 1)))
 
@@ -72,7 +72,7 @@ def prefill_parts(n: int) -> dict:
   layers, the prompt bucket of n tokens, batch 1), each jitted and timed alone."""
   import jax
   import jax.numpy as jnp
-  from specjax.decoding.generate import prompt_bucket
+  from specjax.decoding.plan import prompt_bucket
   from specjax.loading import load_model
   from specjax.models import transformer as tf
   target = load_model("smollm2-135m")
@@ -122,8 +122,8 @@ def main():
   ap.add_argument("--old_rev", default="96b1bce")
   args = ap.parse_args()
   import jax
-  from specjax.bench import pass_cost
-  from specjax.bench.common import write_report
+  import pass_cost
+  from specjax.apps.common import write_report
   from specjax.loading import load_model
   cfg = load_model("smollm2-135m").cfg
   cases, _, mm_flops = pass_cost.floor_cases({"w": jax.numpy.zeros((4,))}, m=1024)

@@ -9,8 +9,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from specjax.bench import pass_cost  # noqa: E402
-from specjax.bench.common import write_report  # noqa: E402
+import pass_cost  # noqa: E402
+from specjax.apps.common import write_report  # noqa: E402
 from specjax.loading import load_model  # noqa: E402
 
 

@@ -1,7 +1,6 @@
 """Where a decode loop's time goes, op by op, from XLA's own trace.
 
-    PYTHONPATH=. python experiments/pass_cost/profile_loop.py --batch=32 \
-        --out=experiments/pass_cost/profile_b32
+    PYTHONPATH=. python experiments/pass_cost/profile_loop.py --batch=32 --out=/tmp/profile_b32
 
 Runs `specjax.generate` on the embedded target once to compile, then once under
 `jax.profiler.trace`, reads the trace back (`jax.profiler.ProfileData`) and sums the
@@ -25,7 +24,7 @@ _NEW = flags.DEFINE_integer("new_tokens", 33, "Tokens generated (the loop runs o
 _PROMPT = flags.DEFINE_integer("prompt_tokens", 100, "Random prompt length.")
 _DRAFT = flags.DEFINE_string("draft", None, "A drafter spec (default: the target alone).")
 _K = flags.DEFINE_integer("k", 4, "Tokens drafted per round, with --draft.")
-_OUT = flags.DEFINE_string("out", "experiments/pass_cost/profile", "Output directory.")
+_OUT = flags.DEFINE_string("out", "/tmp/profile", "Output directory.")
 
 
 def _op_index(hlo: str) -> dict:

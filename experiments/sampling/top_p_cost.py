@@ -38,8 +38,8 @@ def main(argv):
   import jax.numpy as jnp
   import numpy as np
   import specjax
-  from specjax.bench.common import write_report
-  from specjax.bench.costs import time_call
+  from specjax.apps.common import write_report
+  from specjax.tune.costs import time_call
   from specjax.models.interface import as_decoder
   from specjax.sampling import SamplingParams, sample, warp
   top_p = FLAGS.top_p

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import specjax  # noqa: E402
-from specjax.bench import costs  # noqa: E402
+from specjax.tune import costs  # noqa: E402
 from specjax.models import ModelConfig, init_params  # noqa: E402
 
 LLAMA_1B = ModelConfig(

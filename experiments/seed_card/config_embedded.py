@@ -6,11 +6,15 @@ the embedded target SmolLM2-135M-Instruct with the shipped default draft.
 
 If the default draft is not available, the card falls back to ngram:3 and says so.
 """
-from configs import seed_card
+from configs import speculate
 
 
 def get_config():
-  c = seed_card.get_config()
+  c = speculate.get_config()
+  c.k = "4"
+  c.max_new_tokens = 12
+  c.prompt = "Alan Turing theorized that computers would one day become"
+  c.chat = False
   c.target = "smollm2-135m"
   c.draft = "smollm2-135m-draft-lm"
   c.fallback_draft = "ngram:3"

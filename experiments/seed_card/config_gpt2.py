@@ -3,11 +3,19 @@
     python scripts/speculate.py --config=experiments/seed_card/config_gpt2.py \
         --json_out=experiments/seed_card/card_gpt2.json
 
-Same as configs/seed_card.py; needs the gpt2 and distilgpt2 weights (Hugging Face cache,
-hub, or local directories via --config.target=/path --config.draft=/path).
+Needs the gpt2 and distilgpt2 weights (a Hugging Face cache or local directories via
+--config.target=/path --config.draft=/path); without them it stops with the loader's error.
 """
-from configs import seed_card
+from configs import speculate
 
 
 def get_config():
-  return seed_card.get_config()
+  c = speculate.get_config()
+  c.target = "gpt2"
+  c.draft = "distilgpt2"
+  c.fallback_draft = ""
+  c.k = "4"  # a string field in configs/speculate.py ("auto" or a number)
+  c.max_new_tokens = 12
+  c.prompt = "Alan Turing theorized that computers would one day become"
+  c.chat = False
+  return c

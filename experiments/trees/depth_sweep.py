@@ -18,7 +18,7 @@ import os
 import time
 
 import specjax
-from specjax.bench import prompts as prompts_lib
+from specjax import prompts as prompts_lib
 from specjax.decoding import tree as tree_lib
 
 

@@ -28,8 +28,8 @@ import time
 
 
 import specjax
-from specjax.bench import prompts as prompts_lib
-from specjax.bench.common import merge_stats
+from specjax import prompts as prompts_lib
+from specjax.apps.common import merge_stats
 
 
 def main():

@@ -16,7 +16,7 @@ import os
 import sys
 
 import specjax
-from specjax.bench import prompts as prompts_lib
+from specjax import prompts as prompts_lib
 from specjax.decoding import tree as tree_lib
 
 SETTINGS = [None, "static:2,1,1,1", "static:2,2,1,1", "static:3,2,1,1", "static:4,2,2,1",

@@ -35,8 +35,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import specjax  # noqa: E402
-from specjax.bench import prompts as prompts_lib  # noqa: E402
-from specjax.bench.common import parse_trees, write_report  # noqa: E402
+from specjax import prompts as prompts_lib  # noqa: E402
+from specjax.apps.common import parse_trees, write_report  # noqa: E402
 
 
 def main():
@@ -75,7 +75,7 @@ def main():
   draft = specjax.load_model(args.draft, target=target)
   alone = draft
   if args.lookup:  # the loaded draft with lookup first (not loaded again from its name)
-    from specjax.decoding.generate import lookup_first
+    from specjax.api import lookup_first
     draft = lookup_first(alone, args.lookup.lstrip("+"), target, args.draft + args.lookup)
   prompts = [target.encode(r["text"], chat=True)
              for r in prompts_lib.select(args.prompts, per_category=1)]

@@ -8,9 +8,9 @@ keeps the accepted prefix and adds the target's own token; each unfinished row
 gains 1 to k+1 tokens. With no drafter (k = 0) a round is one autoregressive step.
 Everything stays on device: no host round trip per token or per round.
 The target is reached only through the model interface (`specjax.models.interface`).
-With a token tree (`tree=`, see `specjax.decoding.tree`) a round verifies N drafted
-nodes in one pass instead (`tree_round`), then continues as the chain does; a round
-then gains up to `tree.reach` + 1 tokens (k + 1, or more beside a longer lookup chain).
+The round's kind (`specjax.decoding.rounds`): a chain, a token tree (`tree=`, N drafted
+nodes verified in one pass; a round then gains up to `tree.reach` + 1 tokens), or a
+drafter's own pass; after it every kind continues alike.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 
 from specjax import sampling as sampling_lib
-from specjax.decoding import tree as tree_lib
-from specjax.decoding.drafters import DraftContext, NoDrafter  # NoDrafter: re-exported
-from specjax.decoding.verify import verify_batch, verify_row
+from specjax.decoding.drafters.base import DraftContext
+from specjax.decoding.rounds import greedy_verify, round_step  # greedy_verify: re-exported
+from specjax.decoding.verify import verify_row
 from specjax.models import KVCache
 from specjax.models.interface import Decoder, target_pass
 
@@ -42,8 +42,8 @@ class LoopState:
   (verify passes while unfinished), checked[:, i] / accepted[:, i] = how often
   draft position i was reached by verification and kept / accepted and kept
   (exact definitions in `specjax.decoding.stats`); path_lengths[:, n] =
-  rounds that accepted n drafts; rank_hits[:, i, r] = rounds whose accepted node at
-  depth i + 1 was its parent's r-th child (a chain has one rank).
+  rounds that kept n accepted drafts; rank_hits[:, i, r] = rounds whose accepted and
+  kept node at depth i + 1 was its parent's r-th child (a chain has one rank).
   """
   tokens: jax.Array
   n_tokens: jax.Array
@@ -58,14 +58,6 @@ class LoopState:
   accepted: jax.Array
   path_lengths: jax.Array
   rank_hits: jax.Array
-
-
-def greedy_verify(drafts: jax.Array, logits: jax.Array):
-  """drafts [B, k], logits [B, k+1, V] -> (n_accepted [B], next [B]): what `verify_row`
-  gives with greedy (one-hot) p, from the argmaxes alone."""
-  best = sampling_lib.argmax(logits)  # [B, k+1]
-  n = jnp.sum(jnp.cumprod((drafts == best[:, :-1]).astype(jnp.int32), axis=1), axis=1)
-  return n.astype(jnp.int32), jnp.take_along_axis(best, n[:, None], axis=1)[:, 0]
 
 
 def _finish(new_tokens, count, n_generated, max_new, eos_ids):
@@ -101,7 +93,7 @@ def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new:
   b, p_len = prompt.shape
   rows = jnp.arange(b)
   key, prefill_key = jax.random.split(key)
-  hidden, cache, feats = target_pass(target, drafter, prompt,
+  hidden, cache, feats = target_pass(target, drafter.caps.feature_layers, prompt,
                                      prefill=(prompt_lens, max_len))  # [B, P, D]
   last = target.head(hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
@@ -128,7 +120,6 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
   Its passes have B x (k + 1) rows (B x tree slots): `pass_options` compiles it for that.
   The cache length is the state's (`prefill`'s max_len)."""
   target = _decoder(target, target_cfg)
-  tree_rule = None if verifier is verify_row else verifier
   r = _reach(k, tree)  # candidates per round: r drafts and the target's token
 
   def round_(s: LoopState) -> LoopState:
@@ -137,25 +128,8 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
     ctx = DraftContext(target_params=target.params, target_cache=s.target_cache, tokens=s.tokens,
                        n_tokens=s.n_tokens, target_cfg=target.cfg, k=r, sampling=sampling,
                        target_model=target)
-    if hasattr(drafter, "round"):  # a drafter that owns the verify pass (lookahead)
-      drafts, ranks, n_acc, nxt, feats, draft_state, cache = drafter.round(
-          target, s.draft_state, ctx, draft_key, verify_key)
-    elif tree is None:
-      drafts, q, draft_state, cache = drafter.propose(s.draft_state, ctx, draft_key)  # [B,k], [B,k,V]
-
-      last = jnp.take_along_axis(s.tokens, (s.n_tokens - 1)[:, None], axis=1)  # [B, 1]
-      hidden, cache, feats = target_pass(target, drafter, jnp.concatenate([last, drafts], 1),
-                                         cache)  # [B, k+1, D]
-      logits = target.head(hidden)
-      if sampling.greedy and verifier is verify_row:  # exact match: argmaxes, no one-hots
-        n_acc, nxt = greedy_verify(drafts, logits)
-      else:
-        p = sampling_lib.warp(logits, sampling)  # [B, k+1, V]
-        n_acc, nxt = verify_batch(drafts, q, p, verify_key, verifier)
-      ranks = jnp.zeros_like(drafts)
-    else:  # drafts, ranks: the accepted path's tokens and sibling ranks; feats: its features
-      drafts, ranks, n_acc, nxt, feats, draft_state, cache = tree_lib.tree_round(
-          target, drafter, s.draft_state, ctx, tree, draft_key, verify_key, tree_rule)
+    drafts, ranks, n_acc, nxt, feats, draft_state, cache = round_step(
+        target, drafter, s.draft_state, ctx, tree, draft_key, verify_key, verifier)
 
     # Candidates: accepted drafts, then the target's token; cut at EOS / max_new.
     cand = jnp.where(jnp.arange(r + 1)[None] < n_acc[:, None],
@@ -173,6 +147,7 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
 
     pos = jnp.arange(r)[None]
     act = active[:, None].astype(jnp.int32)
+    n_kept = jnp.minimum(n_acc, kept)  # accepted drafts the row kept (EOS / max_new cut)
     return LoopState(
         tokens=tokens, n_tokens=n_tokens, target_cache=cache.with_lengths(n_tokens - 1),
         draft_state=drafter.commit(draft_state, n_tokens, feats), done=s.done | (active & finished),
@@ -181,10 +156,10 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
         rounds=s.rounds + active,
         # Only kept positions count: drafts that EOS / max_new cut were never emitted.
         checked=s.checked + act * (pos < kept[:, None]),
-        accepted=s.accepted + act * (pos < jnp.minimum(n_acc, kept)[:, None]),
-        path_lengths=s.path_lengths + act * (jnp.arange(r + 1)[None] == n_acc[:, None]),
+        accepted=s.accepted + act * (pos < n_kept[:, None]),
+        path_lengths=s.path_lengths + act * (jnp.arange(r + 1)[None] == n_kept[:, None]),
         rank_hits=s.rank_hits + act[:, :, None] * (
-            (pos < n_acc[:, None])[:, :, None]
+            (pos < n_kept[:, None])[:, :, None]
             & (ranks[:, :, None] == jnp.arange(s.rank_hits.shape[2]))))
 
   return jax.lax.while_loop(lambda s: ~jnp.all(s.done), round_, state)

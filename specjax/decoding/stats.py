@@ -5,8 +5,8 @@ Axes: B batch rows, k draft positions per round.
 A round drafts k tokens d_1..d_k; verification accepts a prefix of n_acc of them and
 adds the target's own token, giving n_acc + 1 candidate tokens of which the row keeps
 `kept` (fewer when EOS or max_new_tokens cuts the candidates: the row ends there).
-Counters, per row, only over what was kept (a cut draft was never emitted, so it is
-neither checked nor accepted):
+Every field is defined here once, from kept tokens only (a cut draft was never emitted,
+so it is neither checked nor accepted nor on a counted path). Counters, per row:
 
   new_tokens[b]      tokens generated: the prefill's token plus every kept token.
   target_passes[b]   target forward passes: 1 (prefill) + rounds.
@@ -16,6 +16,15 @@ neither checked nor accepted):
                      verification (all earlier drafts accepted) and kept: i < kept.
   accepted[b, i]     rounds in which draft position i was accepted and kept:
                      i < min(n_acc, kept).
+  path_lengths[b, n] rounds that kept n accepted drafts (n = min(n_acc, kept)).
+  rank_hits[b, i, r] rounds whose kept accepted node at depth i + 1 was its parent's
+                     r-th child (a chain has rank 0 only).
+
+Run totals (`to_dict`): drafted = draft nodes the target verified (nodes_per_round per
+round: k for a chain, the tree's nodes, a drafter's own pass's); verify_passes = rounds
+with a drafter, 0 for the target alone. Identities, asserted in tests/test_stats.py:
+accepted = sum_n n * path_lengths[n]; sum_n path_lengths[n] = verify_passes; a chain's
+per_rank_acceptance[i][0] = per_position_acceptance[i]; a position never reached is None.
 
 Derived: alpha (acceptance rate) = accepted / checked, summed over positions (and rows
 for the run), the estimate of the per-token acceptance probability;
@@ -60,6 +69,10 @@ class SpecStats:
   tree: Optional[str] = None  # the token tree, None for a chain
 
   @property
+  def speculative(self) -> bool:
+    return self.k > 0
+
+  @property
   def per_rank_acceptance(self) -> Optional[list]:
     """[k][R]: P(the r-th child is accepted | its depth was reached and ranks < r were
     rejected), over the run (None where never tried)."""
@@ -76,9 +89,9 @@ class SpecStats:
 
   @property
   def per_position_acceptance(self) -> list:
-    """P(position i accepted | reached), over the run."""
+    """P(position i accepted | reached), over the run (None where never reached)."""
     c, a = self.checked.sum(0), self.accepted.sum(0)
-    return [float(x / y) if y else float("nan") for x, y in zip(a, c)]
+    return [float(x / y) if y else None for x, y in zip(a, c)]
 
   @property
   def tokens_per_pass(self) -> float:
@@ -104,12 +117,13 @@ class SpecStats:
                                if self.rounds[b] else None}
 
   def to_dict(self, per_row: bool = False) -> dict:
+    rounds = int(self.rounds.sum()) if self.speculative else 0
     d = {"k": self.k, "new_tokens": int(self.new_tokens.sum()),
          "target_passes": int(self.target_passes.sum()),
-         "draft_passes": int(self.draft_passes.sum()), "verify_passes": int(self.rounds.sum()),
-         "drafted": int(self.k * self.rounds.sum()), "checked": int(self.checked.sum()),
+         "draft_passes": int(self.draft_passes.sum()), "verify_passes": rounds,
+         "drafted": int(self.nodes_per_round * rounds), "checked": int(self.checked.sum()),
          "accepted": int(self.accepted.sum()), "acceptance_rate": _nan_none(self.acceptance_rate),
-         "per_position_acceptance": [_nan_none(x) for x in self.per_position_acceptance],
+         "per_position_acceptance": self.per_position_acceptance,
          "tokens_per_pass": _nan_none(self.tokens_per_pass),
          "closed_form_tokens_per_pass": self.closed_form_tokens_per_pass,
          "wall_time_s": self.wall_time_s, "prefill_time_s": self.prefill_time_s,

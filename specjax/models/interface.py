@@ -77,25 +77,18 @@ def as_decoder(model) -> Any:
   return Decoder(params=model.params, cfg=model.cfg)
 
 
-def feature_layers(drafter) -> Optional[tuple]:
-  """The target layers whose outputs a drafter reads (EAGLE-3 style), or None: the last
-  hidden state."""
-  layers = getattr(drafter, "feature_layers", None)
-  return None if layers is None else tuple(int(i) for i in layers)
-
-
-def target_pass(target, drafter, tokens: jax.Array, cache: Optional[KVCache] = None,
-                positions: Optional[jax.Array] = None, mask: Optional[jax.Array] = None,
-                prefill: Optional[tuple] = None):
-  """One target pass and what `drafter` reads from it.
+def target_pass(target, layers: Optional[tuple], tokens: jax.Array,
+                cache: Optional[KVCache] = None, positions: Optional[jax.Array] = None,
+                mask: Optional[jax.Array] = None, prefill: Optional[tuple] = None):
+  """One target pass and the features a drafter reads from it.
 
   tokens [B, T] -> (last hidden [B, T, D], cache, feats): feats is the last hidden
-  itself, or the outputs of the drafter's `feature_layers` concatenated [B, T, L*D].
+  itself (layers None), or the outputs of target `layers` concatenated [B, T, L*D]
+  (a drafter's `caps.feature_layers`, EAGLE-3 style).
   prefill=(lengths [B], max_len) runs the prefill (no cache given); otherwise a step
   after the cache's lengths with `positions` and `mask` (None: the chain's defaults).
   """
-  layers = feature_layers(drafter)
-  kw = {} if layers is None else {"collect": layers}
+  kw = {} if layers is None else {"collect": tuple(int(i) for i in layers)}
   if prefill is not None:
     out = target.prefill(tokens, *prefill, **kw)
   else:

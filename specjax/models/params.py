@@ -11,8 +11,9 @@
      "head_kernel": [D, V'] (optional: those head columns gathered once, for inference)}
 
 Kernels are stored [in, out] so a layer is `x @ kernel (+ bias)`. This canonical layout
-is what training, checkpoints and the Hugging Face export read and write. Sharding (which
-axis of each leaf is split over the mesh's "model" axis) is in `specjax.models.sharding`.
+is what training, checkpoints and the Hugging Face export read and write. `PARAM_AXES`
+below declares the logical axis of each leaf that a mesh may split (vocab, heads,
+kv_heads, mlp); `specjax.parallel` maps them to mesh axes and places the params.
 
 Loading a model for inference on one device (`specjax.load_model` without a mesh) adds a
 derived layout under one more key, never read by training, export or sharding:
@@ -33,6 +34,26 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models.config import ModelConfig
+from specjax.parallel import ParamAxes
+
+# Logical axes of the leaves above, by the keys that end a leaf's path (so every layer,
+# a draft's own blocks and optimizer moments that mirror the params match). Undeclared
+# leaves (norms, pos_embed, q/k norms, o/proj/down biases, a feature draft's fc and
+# fc_layers, head_vocab, Medusa heads) are replicated. "inference" is derived for one
+# device and dropped before placement (`canonical`).
+PARAM_AXES = ParamAxes(tree={
+    "embed": ("vocab", None),                                          # [V, D]
+    "lm_head": {"kernel": (None, "vocab")},                            # [D, V]
+    "head_kernel": (None, "vocab"),                                    # [D, V']
+    "attn": {"q": {"kernel": (None, "heads"), "bias": ("heads",)},     # [D, H*E]
+             "k": {"kernel": (None, "kv_heads"), "bias": ("kv_heads",)},  # [D, K*E]
+             "v": {"kernel": (None, "kv_heads"), "bias": ("kv_heads",)},
+             "o": {"kernel": ("heads", None)}},                        # [H*E, D]
+    "mlp": {"gate": {"kernel": (None, "mlp"), "bias": ("mlp",)},      # [D, F]
+            "up": {"kernel": (None, "mlp"), "bias": ("mlp",)},
+            "fc": {"kernel": (None, "mlp"), "bias": ("mlp",)},
+            "down": {"kernel": ("mlp", None)}, "proj": {"kernel": ("mlp", None)}},  # [F, D]
+}, derived=("inference",))
 
 
 def _norm(cfg: ModelConfig, dtype) -> dict:
@@ -117,4 +138,4 @@ def inference_layout(params: dict, cfg: ModelConfig) -> dict:
 
 def canonical(params: dict) -> dict:
   """params without the derived inference layout (what training and export take)."""
-  return {k: v for k, v in params.items() if k != "inference"}
+  return PARAM_AXES.strip(params)

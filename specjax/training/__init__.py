@@ -1,4 +1,6 @@
-"""Distillation trainer (DistillSpec-style): data, losses, train loop, checkpoints, sharding."""
+"""Distillation trainer (DistillSpec-style): one loop (`loop.run`) over tasks (a draft model,
+`train.draft_task`; Medusa heads, `medusa.medusa_task`), data by stage (prompts `data`,
+sampled pools `sampler` / `pools`, self-generated pairs `selfgen`), losses, checkpoints."""
 from specjax.training.checkpoints import CheckpointError, Checkpointer
 from specjax.training.losses import LOSSES, distill_loss, forward_kl, jsd, reverse_kl, tvd
 from specjax.training.train import TrainState, engine_eval, read_metrics, restore_draft, train

@@ -5,6 +5,7 @@ Axes: B batch, L sequence length, F feature width.
     heldout_agreement(params, cfg, pool)   cheap greedy-alpha proxy on a pool of
                                            target-greedy continuations
     engine_eval(target, cfg, params, ...)  alpha and tokens per pass of the real engine
+                                           (a draft model or Medusa heads)
     MetricsWriter(workdir).write(step, m)  workdir/metrics.jsonl and TensorBoard (tb/)
     read_metrics(workdir)                  the rows back, a resumed run's replays deduplicated
 """
@@ -14,14 +15,16 @@ import functools
 import json
 import os
 import time
-from types import SimpleNamespace
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import specjax
+from specjax.decoding.drafters import FeatureDrafter, MedusaDrafter, ModelDrafter
 from specjax.models import ModelConfig, feature_forward, is_feature_draft
+from specjax.models.medusa import MedusaConfig
 from specjax.training.teacher import student_logits, support_ids, support_logits
 
 
@@ -56,18 +59,29 @@ def heldout_agreement(params, cfg: ModelConfig, pool: dict, batch_size: int = 8)
   return hits / max(total, 1.0)
 
 
-def engine_eval(target, draft_cfg: ModelConfig, draft_params, prompts: Sequence, *,
-                max_new_tokens: int, k: int, temperature: float, seed: int = 0,
-                with_baseline: bool = False) -> dict:
-  """alpha and tokens per target pass of the real speculative engine with this draft."""
-  from specjax.decoding import generate  # the engine; imported late to keep training light
-  draft = SimpleNamespace(name="draft", cfg=draft_cfg, params=draft_params)
-  res = generate(target, list(prompts), max_new_tokens, draft=draft, k=k,
-                 temperature=temperature, seed=seed)
+def drafter_for(target, cfg, params):
+  """The drafter of trained params, for `specjax.generate(draft=...)`: Medusa heads (a
+  `MedusaConfig`), a feature draft (params with "fc") or an LM draft."""
+  if isinstance(cfg, MedusaConfig):
+    return MedusaDrafter.for_target(cfg, params, target)
+  if is_feature_draft(params):
+    return FeatureDrafter.of(params, cfg, name="draft")
+  return ModelDrafter(params=params, cfg=cfg, name="draft")
+
+
+def engine_eval(target, draft_cfg, draft_params, prompts: Sequence, *,
+                max_new_tokens: int, k: int, temperature: float = 0.0, seed: int = 0,
+                tree=None, with_baseline: bool = False) -> dict:
+  """alpha and tokens per target pass of the real speculative engine with this draft
+  (`drafter_for`); with_baseline also times the target alone and reports the speedup."""
+  draft = drafter_for(target, draft_cfg, draft_params)
+  res = specjax.generate(target, list(prompts), max_new_tokens, draft=draft, k=k, tree=tree,
+                         temperature=temperature, seed=seed)
   out = {"alpha": res.stats.acceptance_rate, "tokens_per_pass": res.stats.tokens_per_pass,
          "spec_wall_s": res.stats.wall_time_s}
   if with_baseline:
-    base = generate(target, list(prompts), max_new_tokens, temperature=temperature, seed=seed)
+    base = specjax.generate(target, list(prompts), max_new_tokens, temperature=temperature,
+                            seed=seed)
     out["target_wall_s"] = base.stats.wall_time_s
     out["speedup"] = base.stats.wall_time_s / max(res.stats.wall_time_s, 1e-9)
   return out

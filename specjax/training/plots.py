@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from specjax.training.train import read_metrics
+from specjax.training.evaluate import read_metrics
 
 
 def plot_training(workdir: str, out: str) -> str:

@@ -2,10 +2,12 @@
 
 Axes: N sequences in a pool, B batch, L sequence length, F feature width.
 
-    pools = build_pools(config, workdir, target, train_prompts, heldout_prompts, log)
-    batch = pools.batch_at(step, draft_params)        # host numpy, [B, L(, F)]
+    draft_cfg, params, pool = prepare_draft(config, workdir, target, train_prompts, log)
+    pools = Pools(config, workdir, target, train_prompts, pool, draft_cfg, log)
+    batch = pools.batch_at(step, params, rng)           # host numpy, [B, L(, F)]
 
-Every pool is cached in workdir/data (`specjax.training.data` has the format) so a
+`sampled_pool` is how every task (Medusa heads too) samples the target. Every pool is
+cached in workdir/data (`specjax.training.data` has the format, `store` the files) so a
 resumed run trains on exactly the same rows:
   * per training prompt set: target_pool{_set}.npz (temperature data.temperature),
     target_pool_greedy{_set}.npz (data.greedy_pool), and for a feature draft
@@ -32,6 +34,9 @@ import numpy as np
 
 from specjax.training import data as data_lib
 from specjax.training import draft as draft_lib
+from specjax.training import selfgen
+from specjax.training.sampler import add_teacher_topk, sample_pool
+from specjax.training.store import cached_pool, trim
 from specjax.training.teacher import add_features, features_file
 
 _TEACHER_KEYS = ("teacher_ids", "teacher_logp")
@@ -39,6 +44,22 @@ _TEACHER_KEYS = ("teacher_ids", "teacher_logp")
 
 def pool_path(workdir: Optional[str], name: str) -> Optional[str]:
   return workdir and os.path.join(workdir, "data", f"{name}.npz")
+
+
+def sampled_pool(target, prompts, d, *, temperature: float, key, path: Optional[str], log,
+                 what: str, top_k_teacher: int = 0) -> dict:
+  """The target's continuations of `prompts` at `temperature` (`specjax.training.sampler`;
+  d: config.data for the lengths and batch size), cached at `path`: the one way every
+  task samples the target."""
+  def make():
+    log(f"Sampling target continuations (T = {temperature:g}) for {len(prompts)} prompts of "
+        f"{what} ...")
+    return sample_pool(
+        target.params, target.cfg, prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
+        key=key, eos_ids=target.eos_ids, temperature=temperature,
+        batch_size=d.sample_batch_size, top_k_teacher=top_k_teacher,
+        progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
+  return cached_pool(path, make)
 
 
 def _layers(config, target):
@@ -88,21 +109,14 @@ def set_pool(config, workdir, target, name: str, prompts, index: int, key, log,
   suffix = "" if name == "train" else f"_{name}"
   path = lambda stem: pool_path(workdir, stem + suffix)
 
-  def sampler(temperature: float, stream: int):
-    def make():
-      log(f"Sampling target continuations (T = {temperature:g}) for {len(prompts)} "
-          f"prompts of set {name!r} ...")
-      return data_lib.sample_pool(
-          target.params, target.cfg, prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
-          key=jax.random.fold_in(key, stream + 10 * index), eos_ids=target.eos_ids,
-          temperature=temperature, batch_size=d.sample_batch_size,
-          top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0,
-          progress=lambda i, n: log(f"  sampled {i}/{n} ({time.strftime('%H:%M:%S')})"))
-    return make
-  pool = data_lib.cached_pool(path("target_pool"), sampler(d.temperature, 1))
+  def sampled(stem: str, temperature: float, stream: int) -> dict:
+    return sampled_pool(target, prompts, d, temperature=temperature,
+                        key=jax.random.fold_in(key, stream + 10 * index), path=path(stem),
+                        log=log, what=f"set {name!r}",
+                        top_k_teacher=d.teacher_top_k if d.teacher == "topk" else 0)
+  pool = sampled("target_pool", d.temperature, 1)
   if d.get("greedy_pool", False):  # plus one greedy continuation per prompt
-    greedy = data_lib.cached_pool(path("target_pool_greedy"), sampler(0.0, 3))
-    pool = data_lib.concat_batches([pool, greedy])
+    pool = data_lib.concat_batches([pool, sampled("target_pool_greedy", 0.0, 3)])
   if cached_features(config):
     layers = _layers(config, target)
     add_features(pool, target, path(features_file("target_features", layers)), log, layers)
@@ -113,16 +127,9 @@ def set_pool(config, workdir, target, name: str, prompts, index: int, key, log,
 
 
 def _load_pairs(data_dir: str) -> list:
-  """The self-generated prompt-response pairs of data_dir for training (`selfgen.load_pairs`)."""
-  try:
-    from specjax.training import selfgen
-  except ImportError:
-    raise ValueError(f"config.data.generated_dir={data_dir!r} needs specjax.training.selfgen "
-                     "(the self-generated data stage), which this installation lacks.") from None
-  try:  # selfgen keeps a selection split of its own: training reads only its "train" pairs
-    return selfgen.load_pairs(data_dir, split="train")
-  except TypeError:
-    return selfgen.load_pairs(data_dir)
+  """The self-generated pairs of data_dir for training: selfgen keeps a selection split of
+  its own, and training reads only its "train" pairs."""
+  return selfgen.load_pairs(data_dir, split="train")
 
 
 def pairs_to_pool(pairs: Sequence[dict], seq_len: int, max_new: int) -> dict:
@@ -161,13 +168,13 @@ def generated_pool(config, workdir, target, log, exclude: Sequence[Sequence[int]
                        "some first (scripts of specjax.training.selfgen) or unset it.")
     log(f"{len(pairs)} generated pairs from {data_dir}.")
     return pairs_to_pool(pairs, d.seq_len, d.max_new_tokens)
-  pool = data_lib.cached_pool(pool_path(workdir, "generated_pool"), make)
+  pool = cached_pool(pool_path(workdir, "generated_pool"), make)
   if cached_features(config):
     layers = _layers(config, target)
     add_features(pool, target, pool_path(workdir, features_file("generated_features", layers)),
                  log, layers)
   elif not draft_lib.is_feature(config.draft) and d.teacher == "topk":
-    pool = data_lib.cached_pool(pool_path(workdir, "generated_teacher"), lambda: data_lib.add_teacher_topk(
+    pool = cached_pool(pool_path(workdir, "generated_teacher"), lambda: add_teacher_topk(
         pool, target.params, target.cfg, d.teacher_top_k))
   return pool
 
@@ -179,7 +186,6 @@ def generated_selection(config) -> list:
   if not data_dir:
     raise ValueError("eval.select='generated' selects checkpoints on self-generated prompts: "
                      "set config.data.generated_dir, or use eval.select='train'.")
-  from specjax.training import selfgen
   prompts = [list(map(int, p["prompt_ids"])) for p in selfgen.load_pairs(data_dir, split="select")]
   if not prompts:
     raise ValueError(f"config.data.generated_dir={data_dir!r} has no selection-split pairs yet; "
@@ -241,10 +247,8 @@ def eval_pool(config, workdir, target, train_prompts, heldout_prompts, log):
     stem = "select"
   else:
     prompts, stem = list(heldout_prompts), "heldout"
-  pool = data_lib.cached_pool(pool_path(workdir, f"{stem}_pool"), lambda: data_lib.sample_pool(
-      target.params, target.cfg, prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
-      key=jax.random.PRNGKey(0), eos_ids=target.eos_ids, temperature=0.0,
-      batch_size=d.sample_batch_size))
+  pool = sampled_pool(target, prompts, d, temperature=0.0, key=jax.random.PRNGKey(0),
+                      path=pool_path(workdir, f"{stem}_pool"), log=log, what=f"{stem!r}")
   if draft_lib.is_feature(config.draft):
     layers = _layers(config, target)
     add_features(pool, target, pool_path(workdir, features_file(f"{stem}_features", layers)),
@@ -274,15 +278,15 @@ class Pools:
         self.log(f"Sampling draft continuations (step {at}) ...")
         prompts = [p for ps in data_lib.prompt_sets(self.train_prompts).values() for p in ps]
         prompts = prompts * d.get("samples_per_prompt", 1)
-        pool = data_lib.sample_pool(
+        pool = sample_pool(
             params, self.draft_cfg, prompts, max_new=d.max_new_tokens, seq_len=d.seq_len,
             key=jax.random.fold_in(rng, at), eos_ids=self.target.eos_ids,
             temperature=d.temperature, batch_size=d.sample_batch_size)
         if d.teacher == "topk":
-          pool = data_lib.add_teacher_topk(pool, self.target.params, self.target.cfg,
+          pool = add_teacher_topk(pool, self.target.params, self.target.cfg,
                                            d.teacher_top_k)
         return pool
-      self._draft_pool = data_lib.cached_pool(pool_path(self.workdir, f"draft_pool_{at:07d}"), make)
+      self._draft_pool = cached_pool(pool_path(self.workdir, f"draft_pool_{at:07d}"), make)
       self._draft_pool_step = at
     return self._draft_pool
 
@@ -298,4 +302,4 @@ class Pools:
     if c.batch_size - self.n_draft:
       parts.append(data_lib.take(self.pool, data_lib.batch_indices(
           c.seed, step, self.pool["tokens"].shape[0], c.batch_size - self.n_draft, stream=0)))
-    return data_lib.trim(data_lib.concat_batches(parts), c.data.get("trim_multiple", 64))
+    return trim(data_lib.concat_batches(parts), c.data.get("trim_multiple", 64))

@@ -145,7 +145,7 @@ def make_train_step(draft_cfg: ModelConfig, target_cfg: ModelConfig, tx, schedul
       parts = {k: v / accum for k, v in parts.items()}
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(state.step),
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
                "train_top1_agree": hits / jnp.maximum(tokens, 1.0), "tokens": tokens, **parts}
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 

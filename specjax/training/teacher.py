@@ -31,6 +31,7 @@ import numpy as np
 
 from specjax.models import ModelConfig
 from specjax.models.transformer import forward, forward_hidden, norm
+from specjax.training.store import cached_pool, live_width
 
 _RESIDUAL_FLOOR = 1e-6
 
@@ -128,7 +129,6 @@ def target_features(pool: dict, target_params, target_cfg: ModelConfig, batch_si
   """[N, L, F] float16: the target's last hidden state (before its final norm; F = D) at
   every position of the pool's sequences, or with `layers` the concatenation of those
   layers' outputs (F = len(layers) x D), for feature drafts (one cache-free target pass)."""
-  from specjax.training.data import live_width  # data imports this module
   n, seq_len = pool["tokens"].shape
   width = target_cfg.d_model * (len(layers) if layers else 1)
   out = np.zeros((n, seq_len, width), np.float16)
@@ -152,7 +152,6 @@ def features_file(stem: str, layers: Optional[tuple]) -> str:
 def add_features(pool: dict, target, path: Optional[str], log, layers: Optional[tuple] = None) -> None:
   """pool["features"]: the target's features of the pool's sequences, cached at `path`.
   A cache of another shape (written for another pool or other layers) is a ValueError."""
-  from specjax.training.data import cached_pool  # data imports this module
 
   def make():
     log(f"Target features of {pool['tokens'].shape[0]} sequences ...")

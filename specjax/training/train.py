@@ -1,4 +1,4 @@
-"""The distillation loop: the stages of `specjax.training` called in order.
+"""The draft task (an LM or EAGLE-style feature draft) for the shared loop (`loop.run`).
 
 Axes: B global batch, L sequence length, N draft support, K sparse teacher entries.
 
@@ -9,7 +9,7 @@ Data flows one way through the stages:
   -> teacher targets (`teacher`: stored top-K, online target, or the target's features)
   -> the step (`step`: losses, AdamW, mixed precision, gradient accumulation)
   -> evaluation (`evaluate`: teacher-forced agreement, the real engine, metrics files)
-  -> checkpoints (`checkpoints`: latest for resuming, best for selection).
+  -> the loop (`loop`: optimizer, checkpoints, metrics; the same for Medusa heads).
 
 Only the draft's trainable params (its layers and final norm, see
 `specjax.training.draft`) are optimised; the shared embeddings, `head_vocab` and the
@@ -24,15 +24,13 @@ import os
 import time
 from typing import Callable, Optional, Sequence
 
-import jax
-import jax.numpy as jnp
-
 from specjax.training import draft as draft_lib
+from specjax.training import loop
 from specjax.training import sharding as sharding_lib
-from specjax.training.checkpoints import Checkpointer, require_checkpoint
+from specjax.training.checkpoints import require_checkpoint
 from specjax.training.draft import init_draft  # noqa: F401 - re-exported for scripts
-from specjax.training.evaluate import (MetricsWriter, engine_eval, evaluate,  # noqa: F401
-                                       heldout_agreement, read_metrics)
+from specjax.training.evaluate import (engine_eval, evaluate, heldout_agreement,  # noqa: F401
+                                       read_metrics)
 from specjax.training.pools import Pools, eval_pool, prepare_draft
 from specjax.training.step import (TrainState, feature_losses, make_optimizer,  # noqa: F401
                                    make_train_step)
@@ -63,6 +61,36 @@ def _step_fn(config, draft_cfg, target, tx, schedule):
                          feature_layers=draft_lib.feature_layers(dr, target.cfg.n_layers))
 
 
+def draft_task(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
+               log: Callable = print) -> loop.Task:
+  """The configured draft as a `loop.Task`: pools (cached in workdir/data), the draft at
+  initialisation, the mesh it trains on, its step, batches and evaluation."""
+  _check(config)
+  d, ev = config.data, config.eval
+  mesh = sharding_lib.make_mesh(config.get("mesh"))  # "" = data parallel; "2,4" = data x model
+  sharding_lib.check_mesh(target.cfg, mesh, target.name)
+  # Pools (and the draft's vocabulary from them), then the evaluation pool.
+  draft_cfg, draft_params, pool = prepare_draft(config, workdir, target, train_prompts, log)
+  pools = Pools(config, workdir, target, train_prompts, pool, draft_cfg, log)
+  ev_pool, ev_prompts = eval_pool(config, workdir, target, train_prompts, heldout_prompts, log)
+  online = d.teacher == "online" or d.get("features", "cached") == "online"
+  target_params = sharding_lib.place(target.params, mesh) if online else None
+
+  def make_step(tx, schedule):
+    fn = _step_fn(config, draft_cfg, target, tx, schedule)
+    return lambda state, frozen, batch: fn(state, frozen, target_params, batch)
+
+  return loop.Task(
+      name="distill", params=draft_params, trainable_keys=draft_lib.trainable_keys(config.draft),
+      make_step=make_step,
+      batch_at=pools.batch_at,
+      evaluate=lambda p: evaluate(target, draft_cfg, p, ev_pool, ev_prompts, ev, config.seed),
+      select=lambda m: m.get("alpha", m["heldout_top1_agree"]),
+      summary=lambda p: {"draft_cfg": draft_cfg, "draft_params": p},
+      place=lambda tree: sharding_lib.place(tree, mesh),  # opt state FSDP over "data"
+      shard_batch=lambda batch: sharding_lib.shard_batch(batch, mesh))
+
+
 def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
           log: Callable = print, progress: bool = True, stop_at: Optional[int] = None,
           max_seconds: Optional[float] = None) -> dict:
@@ -78,81 +106,9 @@ def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence
   """
   started = time.monotonic()
   os.makedirs(workdir, exist_ok=True)
-  _check(config)
-  d, ev = config.data, config.eval
-  mesh = sharding_lib.make_mesh(config.get("mesh"))  # "" = data parallel; "2,4" = data x model
-  sharding_lib.check_mesh(target.cfg, mesh, target.name)
-  # Pools (and the draft's vocabulary from them), then the evaluation pool.
-  draft_cfg, draft_params, pool = prepare_draft(config, workdir, target, train_prompts, log)
-  trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
-  pools = Pools(config, workdir, target, train_prompts, pool, draft_cfg, log)
-  ev_pool, ev_prompts = eval_pool(config, workdir, target, train_prompts, heldout_prompts, log)
-
-  # The step and its state.
-  tx, schedule = make_optimizer(config.optim, config.num_steps)
-  trainable = sharding_lib.place(trainable, mesh)
-  frozen = sharding_lib.place(frozen, mesh)
-  online = d.teacher == "online" or d.get("features", "cached") == "online"
-  target_params = sharding_lib.place(target.params, mesh) if online else None
-  state = TrainState(step=jnp.zeros((), jnp.int32), params=trainable,
-                     opt_state=tx.init(trainable), rng=jax.random.PRNGKey(config.seed))
-  state = sharding_lib.place(state, mesh)  # opt state FSDP over "data"
-  ckpt = Checkpointer(workdir, max_to_keep=config.keep_checkpoints)
-  start = 0
-  if ckpt.latest_step() is not None:
-    try:
-      state = ckpt.restore(state)
-    except Exception:
-      ckpt.close()  # a corrupt checkpoint: release orbax's managers before the error
-      raise
-    start = int(state.step)
-    log(f"Resuming from step {start} ({os.path.join(workdir, 'checkpoints')}).")
-  train_step = _step_fn(config, draft_cfg, target, tx, schedule)
-  writer = MetricsWriter(workdir)
-  full = lambda st: {**frozen, **st.params}
-  run_eval = lambda: evaluate(target, draft_cfg, full(state), ev_pool, ev_prompts, ev, config.seed)
-
-  last = {}
-  if start == 0 and ev.every:
-    last = run_eval()
-    writer.write(0, last)
-    log(f"step 0: " + ", ".join(f"{k}={v:.4f}" for k, v in last.items()))
-  bar = None
-  if progress and jax.process_index() == 0:
-    from tqdm import tqdm
-    bar = tqdm(total=config.num_steps, initial=start, desc="distill", dynamic_ncols=True)
-  for step in range(start, config.num_steps):
-    batch = sharding_lib.shard_batch(pools.batch_at(step, full(state), state.rng), mesh)
-    state, metrics = train_step(state, frozen, target_params, batch)
-    done = step + 1
-    out_of_time = max_seconds is not None and time.monotonic() - started > max_seconds
-    if done % config.log_every == 0 or done == config.num_steps or out_of_time:
-      last = {k: float(v) for k, v in jax.device_get(metrics).items()}
-      writer.write(done, last)
-      if bar is not None:
-        bar.set_postfix(loss=f"{last['loss']:.4f}")
-    if ev.every and (done % ev.every == 0 or done == config.num_steps or out_of_time):
-      m = run_eval()
-      writer.write(done, m)
-      last.update(m)
-      log(f"step {done}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items()))
-      ckpt.save_best(done, state, m.get("alpha", m["heldout_top1_agree"]))
-    if done % config.ckpt_every == 0 or done == config.num_steps or out_of_time:
-      ckpt.save(done, state)
-    if bar is not None:
-      bar.update(1)
-    if out_of_time:
-      log(f"Out of time ({max_seconds:.0f} s) after step {done}: saved; rerun to resume.")
-      break
-    if stop_at is not None and done >= stop_at:
-      break
-  if bar is not None:
-    bar.close()
-  writer.close()
-  summary = {"metrics": last, "latest_step": ckpt.latest_step(), "best_step": ckpt.best_step(),
-             "draft_cfg": draft_cfg, "draft_params": jax.device_get(full(state))}
-  ckpt.close()
-  return summary
+  task = draft_task(config, workdir, target, train_prompts, heldout_prompts, log)
+  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
+                  max_seconds=max_seconds, started=started)
 
 
 def restore_draft(config, workdir: str, target, train_prompts, best: bool = True,
@@ -161,15 +117,6 @@ def restore_draft(config, workdir: str, target, train_prompts, best: bool = True
   require_checkpoint(workdir, best)
   draft_cfg, draft_params, _ = prepare_draft(config, workdir, target, train_prompts,
                                              log=lambda *_: None)
-  trainable, frozen = draft_lib.split_params(draft_params, draft_lib.trainable_keys(config.draft))
-  tx, _ = make_optimizer(config.optim, config.num_steps)
-  like = TrainState(step=jnp.zeros((), jnp.int32), params=trainable, opt_state=tx.init(trainable),
-                    rng=jax.random.PRNGKey(config.seed))
-  ckpt = Checkpointer(workdir)
-  try:
-    state = ckpt.restore(like, best=best)
-  finally:
-    ckpt.close()
-  if with_step:
-    return draft_cfg, {**frozen, **state.params}, int(state.step)
-  return draft_cfg, {**frozen, **state.params}
+  params, step = loop.restore(draft_params, draft_lib.trainable_keys(config.draft), config,
+                              workdir, best=best)
+  return (draft_cfg, params, step) if with_step else (draft_cfg, params)

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Two drafts trained side by side on the same data, steps, batch and seed: by default
-# 1-layer vs 3-layer features (configs/distill_smollm2_compare.py:1 and :3).
+# 1-layer vs 3-layer features (experiments/distill_smollm2/compare/config.py:1 and :3).
 #   W=/tmp/e3 bash experiments/distill_smollm2/compare/run.sh [extra --config.x=... flags]
-#   CONFIG=configs/distill_smollm2_grow.py ARMS="1 2" W=/tmp/grow bash .../run.sh ...
+#   CONFIG=experiments/distill_smollm2/grow/config.py ARMS="1 2" W=/tmp/grow bash .../run.sh ...
 # runs CONFIG:<arm> for each arm in workdir W/l<arm>; the data is built once (prep.py,
 # with the last arm's config, so list the arm that reads the most target layers last),
 # then both train; rerun the same command to resume both (every stage is cached /
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 W=${W:-/tmp/e3}
 PY=${PY:-python}
-CONFIG=${CONFIG:-configs/distill_smollm2_compare.py}
+CONFIG=${CONFIG:-experiments/distill_smollm2/compare/config.py}
 read -r -a ARMS <<< "${ARMS:-1 3}"
 mkdir -p "$W/data"
 GEN=()

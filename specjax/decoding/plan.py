@@ -1,0 +1,83 @@
+"""The shapes of one generate call: prompt bucket, round width, cache length, padding.
+
+The one place these are computed; the tuning layer and the trainer ask here too.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+LONG_PREFILL = 1024  # prompts longer than this get a console line when their prefill starts
+CACHE_MULTIPLE = 128  # cache lengths are rounded up to this (fewer distinct programs)
+
+
+def round_up(x: int, m: int) -> int:
+  return -(-x // m) * m
+
+
+def prompt_bucket(n: int) -> int:
+  """The padded prompt length, a few buckets to bound recompiles: powers of two (at
+  least 16) up to 1,024 tokens; past that, multiples of a quarter of the power of two
+  below n, so a long prompt is padded by less than 25% (5,000 -> 5,120, not 8,192)."""
+  n = max(n, 1)
+  if n <= LONG_PREFILL:
+    return max(16, 1 << (n - 1).bit_length())
+  step = 1 << ((n - 1).bit_length() - 3)  # a quarter of the power of two below n
+  return round_up(n, step)
+
+
+def round_width(k: int, tree=None, round_slots: Optional[int] = None) -> int:
+  """Draft slots one round writes after a row's last final token: k for a chain, the
+  tree's slots - 1, or a drafter's own pass's (`caps.round_slots`) - 1."""
+  if round_slots is not None:
+    return round_slots - 1
+  return k if tree is None else tree.slots - 1
+
+
+def cache_len(prompt_len: int, max_new_tokens: int, width: int) -> int:
+  """The KV cache length one call allocates: the prompt bucket, or the prompt, the new
+  tokens and one round's slots (+ 2), rounded up to `CACHE_MULTIPLE`."""
+  need = max(prompt_bucket(prompt_len), prompt_len + max_new_tokens + width + 2)
+  return round_up(need, CACHE_MULTIPLE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """bucket: padded prompt length; max_len: cache length; width: `round_width`."""
+  bucket: int
+  max_len: int
+  width: int
+
+
+def plan(cfg, longest: int, max_new_tokens: int, width: int,
+         max_cache_len: Optional[int] = None) -> Plan:
+  """Checks that the longest prompt and the new tokens fit the cache (one line if not)."""
+  needed = longest + max_new_tokens + width + 1
+  limit = cache_limit(cfg, max_cache_len)
+  if needed > limit:
+    raise ValueError(
+        f"The prompt does not fit the cache: the longest prompt has {longest} tokens and "
+        f"max_new_tokens={max_new_tokens} (+ {width + 1} slots for verification) needs "
+        f"{needed} positions, but the limit is {limit} (model context "
+        f"{cfg.max_positions}). Shorten the prompt or lower max_new_tokens.")
+  bucket = prompt_bucket(longest)
+  max_len = cache_len(longest, max_new_tokens, width)
+  if getattr(cfg, "sliding_window", None):  # the cache must fit the window (a no-op there)
+    max_len = min(max_len, cfg.sliding_window)
+    cfg.check_window(max(bucket, longest + max_new_tokens + width + 2))
+  return Plan(bucket=bucket, max_len=max_len, width=width)
+
+
+def cache_limit(cfg, max_cache_len: Optional[int] = None) -> int:
+  """The most cache positions a call may use: the model's context or the caller's cap."""
+  return cfg.max_positions if max_cache_len is None else min(cfg.max_positions, max_cache_len)
+
+
+def pad_prompts(prompt_ids: Sequence[Sequence[int]], bucket: int) -> tuple[np.ndarray, np.ndarray]:
+  """Token id lists -> (prompt [B, bucket] zero-padded on the right, lengths [B])."""
+  prompt = np.zeros((len(prompt_ids), bucket), np.int32)
+  for b, ids in enumerate(prompt_ids):
+    prompt[b, :len(ids)] = ids
+  return prompt, np.array([len(p) for p in prompt_ids], np.int32)

@@ -1,0 +1,57 @@
+"""The cost store: measured pass costs as JSON files under `<cache root>/pass_costs`,
+keyed on the machine, the model and what was measured, and on `COST_MODEL` (raise it
+when what a pass costs changes in a way old tables would mislead).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+
+import jax
+
+from specjax import paths
+
+COST_MODEL = 3  # the version of what a stored cost means
+
+
+def store_dir() -> str:
+  return os.path.join(paths.cache_root(), "pass_costs")
+
+
+@functools.lru_cache(maxsize=None)
+def machine() -> str:
+  """This host and its first device: costs measured elsewhere are not reused here."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+  except OSError:
+    pass
+  dev = jax.devices()[0]
+  return f"{platform.node()}|{cpu}|{os.cpu_count()}|{dev.platform}|{dev.device_kind}"
+
+
+def key(*parts) -> str:
+  parts = parts + (machine(), COST_MODEL)
+  return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:20]
+
+
+def cached(name: str, k: str, make):
+  """A JSON value stored at <store>/<name>-<k>.json (made and written when missing)."""
+  path = os.path.join(store_dir(), f"{name}-{k}.json")
+  if os.path.isfile(path):
+    try:
+      with open(path) as f:
+        return json.load(f)["value"]
+    except (OSError, ValueError, KeyError):
+      pass  # unreadable: measure again
+  value = make()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump({"machine": machine(), "value": value}, f)
+  os.replace(tmp, path)
+  return value
