@@ -25,7 +25,8 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/benchmark.py", "Benchmark config.")
-from specjax.apps import common, prompts as prompts_lib, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
+from specjax import prompts as prompts_lib  # noqa: E402
+from specjax.apps import common, sidebyside  # noqa: E402  (after the config check: a bad flag fails fast)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")

@@ -29,7 +29,7 @@ import json
 import os
 from typing import Iterable, Optional
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 REPEAT = [
     {"id": "repeat-rewrite-0", "category": "repeat_rewrite",

@@ -67,8 +67,9 @@ def test_card_fails_loudly_for_a_draft_it_cannot_load():
   from specjax.apps import card
   with pytest.raises(LoadError, match="no-such-draft: unknown model"):
     card.load_draft("no-such-draft", fallback="ngram:3")
-  # A spec, even a mistyped one, goes to generate, whose error names the grammar.
-  assert card.load_draft("ngrm:3", fallback="ngram:3") == ("ngrm:3", "ngrm:3", None)
+  # A spec, even a mistyped one, goes to the draft-spec grammar, whose error names it.
+  with pytest.raises(ValueError, match="unknown drafter kind 'ngrm'.*A draft is"):
+    card.load_draft("ngrm:3", fallback="ngram:3")
 
 
 def test_card_loads_a_combined_draft_once():
@@ -87,19 +88,20 @@ def test_card_loads_a_combined_draft_once():
 def test_card_fallback_for_a_registry_draft_is_a_warning_line(monkeypatch):
   """Only a registry draft missing from this install falls back, and the card says so."""
   from specjax.apps import card
+  from specjax.decoding.drafters import NgramDrafter
   from specjax.loading import registry
 
   def missing():
     raise LoadError("tiny-missing-draft: the shipped draft is missing; reinstall specjax.")
   monkeypatch.setitem(registry.REGISTRY, "tiny-missing-draft", missing)
   label, draft, warning = card.load_draft("tiny-missing-draft", fallback="ngram:3")
-  assert (label, draft) == ("ngram:3", "ngram:3")
+  assert (label, draft) == ("ngram:3", NgramDrafter(n=3))
   assert "tiny-missing-draft" in warning and "'ngram:3' instead" in warning
   with pytest.raises(LoadError, match="shipped draft is missing"):
     card.load_draft("tiny-missing-draft", fallback="")
   # A combined draft whose base falls back measures the fallback alone, and says so.
   label, draft, combined_warning = card.load_draft("tiny-missing-draft+ngram:3", fallback="ngram:3")
-  assert (label, draft) == ("ngram:3", "ngram:3") and "tiny-missing-draft" in combined_warning
+  assert (label, draft) == ("ngram:3", NgramDrafter(n=3)) and "tiny-missing-draft" in combined_warning
   fields = {"prompt": "p", "output": "o", "target": "t", "draft": label, "k": 4,
             "temperature": 0.0, "new_tokens": 8, "target_passes": 5, "draft_passes": 16,
             "acceptance_rate": 0.5, "tokens_per_pass": 1.5, "closed_form_tokens_per_pass": 1.9,

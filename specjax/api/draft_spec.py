@@ -25,7 +25,8 @@ from specjax.models import medusa as medusa_model
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
-  """build(arg, target) -> a drafter; help: the kind's grammar, for errors and docs."""
+  """build(arg, target) -> a drafter (arg: what follows "kind:", None without a colon);
+  help: the kind's grammar, for errors and docs."""
   build: Callable[[str, Any], Any]
   help: str
 
@@ -126,7 +127,7 @@ def resolve_drafter(draft: Any, target, load: Optional[Callable[[str], Any]] = N
   kind, colon, arg = draft.partition(":")
   if is_kind_spec(draft):
     try:
-      return KINDS[kind].build(arg, target)
+      return KINDS[kind].build(arg if colon else None, target)
     except SpecError as e:  # the kind's argument: name the whole spec and the grammar
       raise spec_error(draft, str(e)) from None
   if is_medusa_source(draft):

@@ -35,8 +35,8 @@ def load_draft(source: str, fallback: str = "", target=None,
     if warning is not None:  # the base fell back: measure the fallback alone, as warned
       return label, draft, warning
     return source, lookup_first(draft, lookup, target, source), None
-  if is_kind_spec(source):
-    return source, resolve_drafter(source, target), None  # checked before any work
+  if is_kind_spec(source) or (":" in source and not os.path.exists(os.path.expanduser(source))):
+    return source, resolve_drafter(source, target), None  # the grammar checks it, before any work
   try:
     return source, load_model(source, target=target, **load_kw), None
   except LoadError as e:
@@ -52,7 +52,7 @@ def run_card(config) -> dict:
   """Loads, runs both decoders with identical settings, returns the card's fields.
 
   config.mesh ("" = one device, else e.g. "1,8" or "data=2,model=4") and config.dtype
-  place target and draft on a ("data", "model") mesh (`specjax.models.sharding`)."""
+  place target and draft on a ("data", "model") mesh (`specjax.parallel`)."""
   mesh = parallel.make_mesh(config.mesh) if config.get("mesh") else None
   dtype = config.get("dtype", "float32")
   target = load_model(config.target, mesh=mesh, dtype=dtype)

@@ -95,25 +95,25 @@ def _shipped_asset(name: str, config: str) -> str:
 def smollm2_135m_draft() -> str:
   """The default draft for smollm2-135m: an EAGLE-style feature draft over the target's
   hidden states, continued on the target's self-generated data
-  (specjax/assets/smollm2-135m-draft; configs/distill_smollm2_selfgen.py)."""
-  return _shipped_asset("smollm2-135m-draft", "configs/distill_smollm2_selfgen.py")
+  (specjax/assets/smollm2-135m-draft; configs/distill.py:selfgen)."""
+  return _shipped_asset("smollm2-135m-draft", "configs/distill.py:selfgen")
 
 
 def smollm2_135m_draft_templated() -> str:
   """The feature draft trained on the templated prompt sets only, the starting point of
-  the default one (specjax/assets/smollm2-135m-draft-templated; configs/distill_smollm2.py)."""
-  return _shipped_asset("smollm2-135m-draft-templated", "configs/distill_smollm2.py")
+  the default one (specjax/assets/smollm2-135m-draft-templated; configs/distill.py:smollm2)."""
+  return _shipped_asset("smollm2-135m-draft-templated", "configs/distill.py:smollm2")
 
 
 def smollm2_135m_draft_gpu() -> str:
   """The default draft continued for 110 steps on an H200 on 2,948 new self-generated pairs
-  (specjax/assets/smollm2-135m-draft-gpu; configs/distill_smollm2_gpu.py, experiments/gpu/)."""
-  return _shipped_asset("smollm2-135m-draft-gpu", "configs/distill_smollm2_gpu.py")
+  (specjax/assets/smollm2-135m-draft-gpu; experiments/gpu/config.py, experiments/gpu/)."""
+  return _shipped_asset("smollm2-135m-draft-gpu", "experiments/gpu/config.py")
 
 
 def smollm2_135m_draft_lm() -> str:
   """A 2-block LM draft for smollm2-135m (specjax/assets/smollm2-135m-draft-lm)."""
-  return _shipped_asset("smollm2-135m-draft-lm", "configs/distill_smollm2_lm.py")
+  return _shipped_asset("smollm2-135m-draft-lm", "configs/distill.py:lm")
 
 
 def smollm2_135m_draft_lm_hf() -> Source:

@@ -9,7 +9,7 @@ are atomic (orbax writes to a temporary directory and renames it), so a run kill
 mid-save leaves the previous checkpoints intact; nothing saved is ever deleted except
 by the `max_to_keep` rotation.
 
-Sharded state (`specjax.training.sharding.place`) is saved shard by shard; `restore`
+Sharded state (`specjax.parallel.place_state`) is saved shard by shard; `restore`
 reads it back into the shardings of the `like` state it is given, so a run checkpointed
 on one mesh shape (say 2 x 4) resumes on another (8 x 1) or on one device.
 """

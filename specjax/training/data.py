@@ -24,9 +24,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-# TODO(one fact): bench/prompts.py and this module each locate specjax/data; one module
-# outside training and bench should own the path (see the report of issue 36).
-DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+from specjax.prompts import DATA_DIR  # the one place the prompt files live
 # Categories of the train / held-out prompt sets (not those of prompts_eval.jsonl, which are
 # `specjax.training.selfgen_prompts.CATEGORIES`).
 CATEGORIES = ("chat", "code", "math", "rewrite", "summarise", "extraction", "creative")

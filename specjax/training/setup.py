@@ -20,7 +20,7 @@ def setup_target(config):
   from specjax.loading import load_model
   mesh = None
   if config.get("mesh"):  # tensor parallel: each device reads its own slice of the target
-    from specjax.training.sharding import make_mesh
+    from specjax.parallel import make_mesh
     mesh = make_mesh(config.mesh)
   target = load_model(config.target, mesh=mesh)
   sets = tuple(p.get("train_sets", ("train",)))

@@ -26,7 +26,8 @@ from typing import Callable, Optional, Sequence
 
 from specjax.training import draft as draft_lib
 from specjax.training import loop
-from specjax.training import sharding as sharding_lib
+from specjax import parallel
+from specjax.models.params import PARAM_AXES
 from specjax.training.checkpoints import require_checkpoint
 from specjax.training.draft import init_draft  # noqa: F401 - re-exported for scripts
 from specjax.training.evaluate import (engine_eval, evaluate, heldout_agreement,  # noqa: F401
@@ -67,14 +68,14 @@ def draft_task(config, workdir: str, target, train_prompts, heldout_prompts: Seq
   initialisation, the mesh it trains on, its step, batches and evaluation."""
   _check(config)
   d, ev = config.data, config.eval
-  mesh = sharding_lib.make_mesh(config.get("mesh"))  # "" = data parallel; "2,4" = data x model
-  sharding_lib.check_mesh(target.cfg, mesh, target.name)
+  mesh = parallel.make_mesh(config.get("mesh"))  # "" = data parallel; "2,4" = data x model
+  parallel.check_mesh(target.cfg, mesh, target.name)
   # Pools (and the draft's vocabulary from them), then the evaluation pool.
   draft_cfg, draft_params, pool = prepare_draft(config, workdir, target, train_prompts, log)
   pools = Pools(config, workdir, target, train_prompts, pool, draft_cfg, log)
   ev_pool, ev_prompts = eval_pool(config, workdir, target, train_prompts, heldout_prompts, log)
   online = d.teacher == "online" or d.get("features", "cached") == "online"
-  target_params = sharding_lib.place(target.params, mesh) if online else None
+  target_params = parallel.place_state(target.params, mesh, PARAM_AXES) if online else None
 
   def make_step(tx, schedule):
     fn = _step_fn(config, draft_cfg, target, tx, schedule)
@@ -87,8 +88,8 @@ def draft_task(config, workdir: str, target, train_prompts, heldout_prompts: Seq
       evaluate=lambda p: evaluate(target, draft_cfg, p, ev_pool, ev_prompts, ev, config.seed),
       select=lambda m: m.get("alpha", m["heldout_top1_agree"]),
       summary=lambda p: {"draft_cfg": draft_cfg, "draft_params": p},
-      place=lambda tree: sharding_lib.place(tree, mesh),  # opt state FSDP over "data"
-      shard_batch=lambda batch: sharding_lib.shard_batch(batch, mesh))
+      place=lambda tree: parallel.place_state(tree, mesh, PARAM_AXES),  # opt state FSDP over "data"
+      shard_batch=lambda batch: parallel.shard_batch(batch, mesh))
 
 
 def train(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,

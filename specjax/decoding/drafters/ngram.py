@@ -68,11 +68,11 @@ class NgramDrafter(DrafterBase):
     return f"ngram:{self.n}"
 
   @classmethod
-  def from_spec(cls, arg: str) -> "NgramDrafter":
-    """'' or 'N' (of 'ngram:N')."""
-    if arg and not arg.strip().isdigit():
+  def from_spec(cls, arg) -> "NgramDrafter":
+    """None (plain 'ngram': n = 3) or 'N' (of 'ngram:N')."""
+    if arg is not None and not arg.strip().isdigit():
       raise SpecError(f"the n-gram size {arg!r} is not a positive integer")
-    n = int(arg) if arg else 3
+    n = 3 if arg is None else int(arg)
     if n < 1:
       raise SpecError("the n-gram size must be >= 1")
     return cls(n=n)
