@@ -34,6 +34,16 @@ def machine() -> str:
   return f"{platform.node()}|{cpu}|{os.cpu_count()}|{dev.platform}|{dev.device_kind}"
 
 
+def fingerprint(tree) -> str:
+  """What identifies a drafter's weights by content (its class, static fields, every
+  leaf's shape, dtype and a few values), so two drafts of one name are told apart."""
+  import numpy as np
+  leaves, treedef = jax.tree.flatten(tree)
+  parts = [str(treedef)] + [f"{x.shape}{x.dtype}{float(np.asarray(x).ravel()[:64].astype(np.float64).sum())}"
+                            for x in leaves if hasattr(x, "shape")]
+  return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
+
+
 def key(*parts) -> str:
   parts = parts + (machine(), COST_MODEL)
   return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:20]

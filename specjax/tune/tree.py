@@ -48,7 +48,7 @@ import numpy as np
 from specjax.decoding.generate import generate as decode
 from specjax.decoding.drafters import LookupFirstDrafter, LookupTree
 from specjax.decoding.tree import TreeSpec
-from specjax.tune import costs
+from specjax.tune import costs, store
 from specjax.tune import k as auto_k
 
 CALIBRATION = (4, 2, 2, 2, 1, 1, 1, 1)  # branching per depth of the calibration tree
@@ -185,7 +185,8 @@ def auto_tree(target, drafter, k: int, prompts: list, sampling, max_new: int = 3
   size on the calibration prompts (its depth is the k the caller then decodes with).
   Once per process for each target, draft, k, sampling and batch size; the acceptance and
   its prompts are kept across batch sizes."""
-  key = (getattr(target, "name", id(target)), type(drafter).__name__, drafter.name, k, sampling)
+  key = (getattr(target, "name", id(target)), store.fingerprint(drafter), k, sampling,
+         store.store_dir())  # another cost store: measured anew
   if (key, len(prompts)) in _CHOSEN:
     return _CHOSEN[(key, len(prompts))]
   sampled = dict(sampling=sampling)
