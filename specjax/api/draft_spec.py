@@ -53,7 +53,7 @@ def spec_error(draft: str, problem: str) -> ValueError:
 
 def _medusa_path(source: str) -> str:
   if source in registry.REGISTRY:
-    return registry.REGISTRY[source]()
+    return registry.source(source).path  # a resolver may return a `Source` or a path
   return os.path.expanduser(source)
 
 

@@ -11,6 +11,7 @@ import os
 import platform
 
 import jax
+import numpy as np
 
 from specjax import paths
 
@@ -37,7 +38,6 @@ def machine() -> str:
 def fingerprint(tree) -> str:
   """What identifies a drafter's weights by content (its class, static fields, every
   leaf's shape, dtype and a few values), so two drafts of one name are told apart."""
-  import numpy as np
   leaves, treedef = jax.tree.flatten(tree)
   parts = [str(treedef)] + [f"{x.shape}{x.dtype}{float(np.asarray(x).ravel()[:64].astype(np.float64).sum())}"
                             for x in leaves if hasattr(x, "shape")]
