@@ -12,6 +12,7 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 _CONFIG = define_config("configs/speculate.py", "Card config.")
+from specjax import compile_cache  # noqa: E402
 from specjax.apps import card  # noqa: E402  (after the config check: a bad flag fails fast)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the card's fields as JSON here.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False,
@@ -25,6 +26,7 @@ def main(argv):
   if _DISTRIBUTED.value:
     import jax
     jax.distributed.initialize()
+  compile_cache.enable()  # before loading: its programs are cached too
   try:
     result = card.run_card(_CONFIG.value)
   except ValueError as e:  # LoadError and bad settings: say what is wrong, no traceback

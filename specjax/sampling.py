@@ -11,15 +11,24 @@ TopKLogitsWarper does; top-p keeps the smallest prefix of the sorted ids whose m
 reaches top_p, plus every id tied with its last one (transformers' TopPLogitsWarper
 cuts inside a tie at whatever order its sort returns). Greedy takes the lowest id
 among tied maxima (argmax).
+
+Two forms of the settings: `SamplingParams` (static, hashable: the API's and the
+trainer's) and `TracedSampling` (its numbers as array leaves: the decoding loop's, so
+calls that differ only in temperature, top_k or top_p values run one compiled program;
+greedy or not stays static, as the greedy path skips the warp altogether).
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Union
 
+import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
+@jax.tree_util.register_static  # a pytree of no leaves: static wherever it sits in one
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
   """Static (hashable) sampling settings. top_k=0 and top_p=1.0 disable those filters."""
@@ -39,6 +48,25 @@ class SamplingParams:
   def greedy(self) -> bool:
     return self.temperature == 0.0
 
+  def traced(self) -> "TracedSampling":
+    """The same settings with the numbers as arrays (greedy: placeholders, never read)."""
+    return TracedSampling(temperature=jnp.float32(1.0 if self.greedy else self.temperature),
+                          top_k=jnp.int32(self.top_k), top_p=jnp.float32(self.top_p),
+                          greedy=self.greedy)
+
+
+@flax.struct.dataclass
+class TracedSampling:
+  """`SamplingParams` as a pytree: temperature, top_k, top_p are scalar array leaves
+  (traced under jit: changing them reuses the program); greedy is static."""
+  temperature: jax.Array  # float32 []
+  top_k: jax.Array  # int32 [] (0: off)
+  top_p: jax.Array  # float32 [] (1.0: off)
+  greedy: bool = flax.struct.field(pytree_node=False, default=False)
+
+
+Sampling = Union[SamplingParams, TracedSampling]
+
 
 def argmax(logits: jax.Array) -> jax.Array:
   """jnp.argmax(logits, -1) as int32 (the first maximum; the first NaN if there is one),
@@ -51,19 +79,48 @@ def argmax(logits: jax.Array) -> jax.Array:
   return jnp.min(jnp.where(hit, ids, logits.shape[-1]), -1)
 
 
-def warp(logits: jax.Array, sampling: SamplingParams) -> jax.Array:
-  """logits [..., V] -> float32 probabilities [..., V] after temperature, top-k, top-p."""
+def warp(logits: jax.Array, sampling: Sampling) -> jax.Array:
+  """logits [..., V] -> float32 probabilities [..., V] after temperature, top-k, top-p.
+  With `TracedSampling` the filters are `lax.cond`s on the traced values (skipped at run
+  time when off); with `SamplingParams` they are decided while tracing."""
   logits = logits.astype(jnp.float32)
   if sampling.greedy:
     return jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.float32)
   logits = logits / sampling.temperature
+  top_k, top_p = sampling.top_k, sampling.top_p
   neg_inf = jnp.float32(-jnp.inf)
-  if 0 < sampling.top_k < logits.shape[-1]:
-    kth = jax.lax.top_k(logits, sampling.top_k)[0][..., -1:]  # [..., 1]
-    logits = jnp.where(logits < kth, neg_inf, logits)
-  if sampling.top_p < 1.0:
-    logits = jnp.where(_top_p_keep(logits, sampling.top_p), logits, neg_inf)
+  logits = _when((0 < top_k) & (top_k < logits.shape[-1]),
+                 lambda x: jnp.where(x < _kth_largest(x, top_k), neg_inf, x), logits)
+  logits = _when(top_p < 1.0, lambda x: jnp.where(_top_p_keep(x, top_p), x, neg_inf), logits)
   return jax.nn.softmax(logits, axis=-1)
+
+
+def _when(pred, fn, x):
+  """fn(x) where pred holds, else x: decided now for a Python bool, by `lax.cond` for an
+  array (a scalar predicate: XLA runs one branch)."""
+  if isinstance(pred, (bool, np.bool_)):
+    return fn(x) if pred else x
+  return jax.lax.cond(pred, fn, lambda y: y, x)
+
+
+def _kth_largest(logits: jax.Array, top_k) -> jax.Array:
+  """[..., 1]: the top_k-th largest logit of each row (ties counted), by `lax.top_k` for
+  a Python int, else by bisection over the order keys (a traced top_k has no static
+  size): the largest key t with count(key >= t) >= top_k, in 32 masked counts over V."""
+  if isinstance(top_k, int):
+    return jax.lax.top_k(logits, top_k)[0][..., -1:]
+  key = _order_key(logits)  # [..., V]
+  lo = jnp.min(key, -1, keepdims=True)  # count(key >= lo) = V >= top_k
+  hi = jnp.max(key, -1, keepdims=True) + 1  # count(key >= hi) = 0 < top_k
+
+  def halve(_, bounds):
+    lo, hi = bounds
+    mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2) without overflow
+    enough = jnp.sum(key >= mid, -1, keepdims=True) >= top_k
+    return jnp.where(enough, mid, lo), jnp.where(enough, hi, mid)
+
+  t, _ = jax.lax.fori_loop(0, 32, halve, (lo, hi))
+  return jnp.max(jnp.where(key == t, logits, -jnp.inf), -1, keepdims=True)
 
 
 def _order_key(x: jax.Array) -> jax.Array:

@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence, Union
 import jax
 import numpy as np
 
+from specjax import compile_cache
 from specjax.api.draft_spec import resolve_drafter
 from specjax.decoding import plan as plan_lib
 from specjax.decoding import tree as tree_lib
@@ -60,7 +61,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   fastest measured static tree of depth at most k, chains included: `specjax.tune.tree`).
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule (see
   `specjax.decoding.generate`). mesh: a ("data", "model") mesh (default: the target's).
+  The first call turns on jax's persistent compilation cache (`specjax.compile_cache`).
   """
+  compile_cache.enable()
   if isinstance(target, str):
     target = load_model(target)
   sampling = SamplingParams(temperature=float(temperature), top_k=top_k, top_p=float(top_p))

@@ -7,10 +7,11 @@ from typing import Any, Optional
 from absl import logging
 import numpy as np
 
-from specjax import parallel
+from specjax import compile_cache, parallel
 from specjax.api import generate
 from specjax.api.draft_spec import is_kind_spec, lookup_first, resolve_drafter
 from specjax.apps.timing import best_of
+from specjax.decoding.compiled import compile_totals
 from specjax.errors import LoadError
 from specjax.loading import load_model, registry
 from specjax.tune import costs
@@ -52,7 +53,9 @@ def run_card(config) -> dict:
   """Loads, runs both decoders with identical settings, returns the card's fields.
 
   config.mesh ("" = one device, else e.g. "1,8" or "data=2,model=4") and config.dtype
-  place target and draft on a ("data", "model") mesh (`specjax.parallel`)."""
+  place target and draft on a ("data", "model") mesh (`specjax.parallel`).
+  compile_*: what this card's decoding loops compiled (`specjax.decoding.compiled`)."""
+  compiled_before = compile_totals()
   mesh = parallel.make_mesh(config.mesh) if config.get("mesh") else None
   dtype = config.get("dtype", "float32")
   target = load_model(config.target, mesh=mesh, dtype=dtype)
@@ -109,7 +112,28 @@ def run_card(config) -> dict:
       per_step = base.stats.wall_time_s / max(1, int(np.sum(base.stats.rounds)))
       card["round_in_steps"] = per_round / per_step
   card["speedup_note"] = speedup_note(card)
+  card.update(compile_fields(compiled_before))
   return card
+
+
+def compile_fields(before) -> dict:
+  """The decoding loops' compiles since `before` (a `compile_totals()`): programs built,
+  seconds in lower + compile, how many jax loaded from its persistent cache, and where
+  that cache is (None: off)."""
+  now = compile_totals()
+  return {"compile_programs": now.programs - before.programs,
+          "compile_time_s": now.seconds - before.seconds,
+          "compile_from_disk": now.from_disk - before.from_disk,
+          "compile_cache": compile_cache.in_use()}
+
+
+def format_compile(c: dict) -> str:
+  """'2 programs, 4.3 s' and where they came from: XLA, or jax's persistent cache."""
+  n, disk = c["compile_programs"], c["compile_from_disk"]
+  text = f"{n} program{'s' if n != 1 else ''}, {c['compile_time_s']:.1f} s"
+  if c["compile_cache"] is None:
+    return text + " (persistent compilation cache off)"
+  return text + f" ({disk} of them loaded from the persistent cache {c['compile_cache']})"
 
 
 def pass_costs(target, draft, k: int, prompt_len: int, max_new_tokens: int,
@@ -181,6 +205,8 @@ def format_card(c: dict) -> str:
         f"identical to target  {c['identical_to_target']}",
         f"speedup              {_fmt(c['speedup'], '{:.2f}')}x (measured in this run)",
     ]
+  if c.get("compile_programs") is not None:
+    lines.append(f"compile              {format_compile(c)}")
   if c.get("speedup_note"):
     lines.append(f"why                  {c['speedup_note']}")
   if c.get("warning"):

@@ -1,5 +1,12 @@
 """The loop's two programs, compiled ahead of time once per signature, kept in a bounded
-least-recently-used table so a long-lived process does not keep every program."""
+least-recently-used table so a long-lived process does not keep every program.
+
+The signature holds shapes, dtypes, shardings and the static settings only: max_new_tokens,
+the seed and the sampling numbers (`sampling.TracedSampling`) are traced arguments, so
+calls that differ only in them reuse one program. What each call compiled (programs,
+seconds in lower + compile, how many jax loaded from its persistent compilation cache) is
+returned with the program and summed for the process (`compile_totals`).
+"""
 from __future__ import annotations
 
 import collections
@@ -14,6 +21,42 @@ from specjax.models import pass_options
 
 MAX_PROGRAMS = 64  # compiled (prefill, rounds) pairs kept in one process
 _COMPILED: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"  # jax.monitoring's event for a disk hit
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileCount:
+  """Programs built (lowered and compiled, or loaded from jax's persistent cache), the
+  seconds spent in lower + compile, and how many of them came from the persistent cache."""
+  programs: int = 0
+  seconds: float = 0.0
+  from_disk: int = 0
+
+  def __add__(self, other: "CompileCount") -> "CompileCount":
+    return CompileCount(self.programs + other.programs, self.seconds + other.seconds,
+                        self.from_disk + other.from_disk)
+
+
+_TOTALS = [CompileCount()]  # this process's sum over `compiled_loop` calls
+_DISK_HITS = [0]  # persistent-cache hits seen by the listener below
+
+
+def _count_disk_hits(event: str, **_) -> None:
+  if event == _CACHE_HIT:
+    _DISK_HITS[0] += 1
+
+
+jax.monitoring.register_event_listener(_count_disk_hits)
+
+
+def compile_totals() -> CompileCount:
+  """What every `compiled_loop` call of this process compiled, summed."""
+  return _TOTALS[0]
+
+
+def resident_programs() -> int:
+  """Compiled loops held in the in-process table now (at most `MAX_PROGRAMS`)."""
+  return len(_COMPILED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,13 +66,14 @@ class CompiledLoop:
   prefill: Any
   rounds: Any
 
-  def timed(self, decoder, drafter, prompt, lens, max_new, key):
+  def timed(self, decoder, drafter, prompt, lens, max_new, key, sampling):
     """Runs both programs as `loop.run` does, each to completion: (final state, prefill
     seconds, total seconds). The closed form of a round's speed models the rounds alone."""
     start = time.perf_counter()
-    state = jax.block_until_ready(self.prefill(decoder, drafter, prompt, lens, max_new, key))
+    state = jax.block_until_ready(
+        self.prefill(decoder, drafter, prompt, lens, max_new, key, sampling))
     prefill_s = time.perf_counter() - start
-    state = jax.block_until_ready(self.rounds(decoder, drafter, state, lens, max_new))
+    state = jax.block_until_ready(self.rounds(decoder, drafter, state, lens, max_new, sampling))
     return state, prefill_s, time.perf_counter() - start
 
 
@@ -51,20 +95,29 @@ def signature(args: tuple, statics: dict) -> tuple:
           tuple(sorted(statics.items())))  # rows follow from these
 
 
-def compiled_loop(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, float]:
-  """(the loop compiled for `args` and `statics`, seconds spent compiling it now: 0 when
-  reused). rows: of one round's target pass (batch x (k + 1) or tree slots)."""
+def _build(args: tuple, statics: dict, rows: int) -> CompiledLoop:
+  """Lowers and compiles both programs (jax reads its persistent cache where it is on)."""
+  pre = prefill.lower(*args, **{n: v for n, v in statics.items() if n != "verifier"}).compile()
+  decoder, drafter, _, lens, max_new, _, sampling = args
+  lowered = rounds.lower(decoder, drafter, pre.out_info, lens, max_new, sampling,  # state avals
+                         **{n: v for n, v in statics.items() if n != "max_len"})
+  return CompiledLoop(prefill=pre, rounds=pass_options.compile_lowered(lowered, rows))
+
+
+def compiled_loop(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, CompileCount]:
+  """(the loop compiled for `args` and `statics`, what was compiled now: nothing when the
+  table had it). rows: of one round's target pass (batch x (k + 1) or tree slots)."""
   sig = signature(args, statics)
   if sig in _COMPILED:
     _COMPILED.move_to_end(sig)
-    return _COMPILED[sig], 0.0
-  start = time.perf_counter()
-  pre = prefill.lower(*args, **{n: v for n, v in statics.items() if n != "verifier"}).compile()
-  decoder, drafter, _, lens, max_new, _ = args
-  lowered = rounds.lower(decoder, drafter, pre.out_info, lens, max_new,  # the state's avals
-                         **{n: v for n, v in statics.items() if n != "max_len"})
-  loop = CompiledLoop(prefill=pre, rounds=pass_options.compile_lowered(lowered, rows))
+    return _COMPILED[sig], CompileCount()
+  pass_options.few_row_options(rows)  # its one-off probe compile stays out of the count
+  hits, start = _DISK_HITS[0], time.perf_counter()
+  loop = _build(args, statics, rows)
+  count = CompileCount(programs=2, seconds=time.perf_counter() - start,
+                       from_disk=min(2, _DISK_HITS[0] - hits))
+  _TOTALS[0] = _TOTALS[0] + count
   _COMPILED[sig] = loop
   while len(_COMPILED) > MAX_PROGRAMS:
     _COMPILED.popitem(last=False)
-  return loop, time.perf_counter() - start
+  return loop, count

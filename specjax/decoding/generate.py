@@ -87,15 +87,16 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
     decoder = decoder.replace(params=target_params)
   else:
     prompt, lens = jnp.asarray(prompt), jnp.asarray(lens)
+  # max_new_tokens and the sampling numbers are traced: one program serves all their values
   args = (decoder, drafter, prompt, lens, jnp.asarray(max_new_tokens, jnp.int32),
-          jax.random.PRNGKey(seed))
-  statics = dict(sampling=sampling, k=k, eos_ids=eos, max_len=plan.max_len,
-                 verifier=verifier or verify_row, tree=tree)
+          jax.random.PRNGKey(seed), sampling.traced())
+  statics = dict(k=k, eos_ids=eos, max_len=plan.max_len, verifier=verifier or verify_row,
+                 tree=tree)
   if longest > plan_lib.LONG_PREFILL:
     print(f"specjax: long prefill of {longest} tokens (bucket {plan.bucket}, cache "
           f"{plan.max_len}) starting", file=sys.stderr, flush=True)
   with parallel.mesh_context(mesh):
-    compiled, compile_s = compiled_loop(args, statics, rows=prompt.shape[0] * (width + 1))
+    compiled, built = compiled_loop(args, statics, rows=prompt.shape[0] * (width + 1))
     state, prefill_s, wall = compiled.timed(*args)
 
   host = lambda x: parallel.to_host(x)[:n_rows]
@@ -105,7 +106,8 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
   stats = SpecStats(k=k, new_tokens=n_tokens - lens, target_passes=host(state.target_passes),
                     draft_passes=host(state.draft_passes), rounds=host(state.rounds),
                     checked=host(state.checked), accepted=host(state.accepted),
-                    wall_time_s=wall, prefill_time_s=prefill_s, compile_time_s=compile_s,
+                    wall_time_s=wall, prefill_time_s=prefill_s, compile_time_s=built.seconds,
+                    compiled_programs=built.programs, programs_from_disk=built.from_disk,
                     path_lengths=host(state.path_lengths), rank_hits=host(state.rank_hits),
                     nodes_per_round=nodes if speculative else 0,
                     tree=None if tree is None else str(tree))

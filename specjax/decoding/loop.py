@@ -82,13 +82,13 @@ def _decoder(target, target_cfg):
   return target if target_cfg is None else Decoder(params=target, cfg=target_cfg)
 
 
-@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "max_len", "tree",
-                                             "target_cfg"))
+@functools.partial(jax.jit, static_argnames=("k", "eos_ids", "max_len", "tree", "target_cfg"))
 def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
-            key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+            key: jax.Array, sampling: sampling_lib.TracedSampling, *, k: int, eos_ids: tuple,
             max_len: int, tree=None, target_cfg=None) -> LoopState:
   """The prompt bucket in one pass, the first new token from the target, and the loop's
-  initial state. Compiled apart from the rounds: its passes have many rows."""
+  initial state. Compiled apart from the rounds: its passes have many rows.
+  max_new and sampling's numbers are traced (one program for all their values)."""
   target = _decoder(target, target_cfg)
   b, p_len = prompt.shape
   rows = jnp.arange(b)
@@ -111,10 +111,10 @@ def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new:
       rank_hits=jnp.zeros((b, r, 1 if tree is None else tree.max_children), jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames=("sampling", "k", "eos_ids", "verifier", "tree",
-                                             "target_cfg"), donate_argnums=(2,))
-def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: jax.Array, *,
-           sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+@functools.partial(jax.jit, static_argnames=("k", "eos_ids", "verifier", "tree", "target_cfg"),
+                   donate_argnums=(2,))
+def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: jax.Array,
+           sampling: sampling_lib.TracedSampling, *, k: int, eos_ids: tuple,
            verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
   """Speculative rounds from `prefill`'s state until every row is done (one while_loop).
   Its passes have B x (k + 1) rows (B x tree slots): `pass_options` compiles it for that.
@@ -166,7 +166,7 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
 
 
 def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
-        key: jax.Array, *, sampling: sampling_lib.SamplingParams, k: int, eos_ids: tuple,
+        key: jax.Array, *, sampling: sampling_lib.Sampling, k: int, eos_ids: tuple,
         max_len: int, verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
   """Prefill and speculative rounds until every row is done. Returns the final state.
 
@@ -175,7 +175,12 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   tree: None (a chain of k drafts) or a `tree_lib.TreeSpec` of depth k; with a tree, a
   verifier other than `verify_row` is a per-row tree rule like `tree_lib.verify_tree_row`.
   Two jitted programs (`prefill`, `rounds`); `generate` compiles each with its options.
+  sampling: `SamplingParams` (made traced here) or `TracedSampling`.
   """
-  statics = dict(sampling=sampling, k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg)
-  state = prefill(target, drafter, prompt, prompt_lens, max_new, key, max_len=max_len, **statics)
-  return rounds(target, drafter, state, prompt_lens, max_new, verifier=verifier, **statics)
+  if isinstance(sampling, sampling_lib.SamplingParams):
+    sampling = sampling.traced()
+  statics = dict(k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg)
+  state = prefill(target, drafter, prompt, prompt_lens, max_new, key, sampling, max_len=max_len,
+                  **statics)
+  return rounds(target, drafter, state, prompt_lens, max_new, sampling, verifier=verifier,
+                **statics)

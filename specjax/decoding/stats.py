@@ -62,7 +62,9 @@ class SpecStats:
   accepted: np.ndarray  # [B, k] draft position i accepted and kept
   wall_time_s: float = 0.0  # device run time, compile excluded
   prefill_time_s: float = 0.0  # ... of it the prefill (the prompt's pass, the drafter's init)
-  compile_time_s: float = 0.0
+  compile_time_s: float = 0.0  # lower + compile of this call's programs (0: reused)
+  compiled_programs: int = 0  # programs this call built (0: the in-process table had them)
+  programs_from_disk: int = 0  # ... of them loaded from jax's persistent compilation cache
   path_lengths: Optional[np.ndarray] = None  # [B, k+1] rounds that accepted n drafts
   rank_hits: Optional[np.ndarray] = None  # [B, k, R] accepted node at depth i+1 had rank r
   nodes_per_round: int = 0  # draft nodes verified per round (k for a chain)
@@ -127,7 +129,8 @@ class SpecStats:
          "tokens_per_pass": _nan_none(self.tokens_per_pass),
          "closed_form_tokens_per_pass": self.closed_form_tokens_per_pass,
          "wall_time_s": self.wall_time_s, "prefill_time_s": self.prefill_time_s,
-         "compile_time_s": self.compile_time_s,
+         "compile_time_s": self.compile_time_s, "compiled_programs": self.compiled_programs,
+         "programs_from_disk": self.programs_from_disk,
          "tokens_per_s": _nan_none(self.tokens_per_s), "tree": self.tree,
          "nodes_per_round": self.nodes_per_round}
     if self.path_lengths is not None:

@@ -150,7 +150,7 @@ class DraftContext:
   n_tokens: jax.Array  # [B] final tokens per row
   target_cfg: Any = flax.struct.field(pytree_node=False)
   k: int = flax.struct.field(pytree_node=False)  # drafts per round (a tree's: its reach)
-  sampling: sampling_lib.SamplingParams = flax.struct.field(pytree_node=False)
+  sampling: sampling_lib.Sampling  # a pytree node: the loop's numbers are traced leaves
   target_model: Any = None  # the interface object (default: a `Decoder` of the above)
 
   @property
