@@ -4,28 +4,27 @@ Axes of the mesh: "data" splits the batch (the prompt rows, the KV caches' rows,
 batch, and with FSDP the optimizer moments), "model" splits each weight along one logical
 axis (tensor parallel), as jax-ml/jax-llm-examples `llama3_jax/model.py` does.
 
-The logical axes of the parameters are declared beside their layout, where the parameter
-tree is built (`specjax.models.params.PARAM_AXES`, a `ParamAxes`); `RULES` here maps them
-to mesh axes:
+The parameters' logical axes are declared where their tree is built (`ParamAxes`,
+`specjax.models.params.PARAM_AXES`); `RULES` here maps them to mesh axes:
 
-    batch -> "data";   heads, kv_heads, mlp, vocab -> "model";   anything else replicated.
+    batch -> "data";   heads, kv_heads, mlp, vocab(_subset) -> "model";   else replicated.
 
 Everything else is computed by XLA's SPMD partitioner from these placements (jit with
 sharded inputs), so the forward pass, the decoding loop and the trainer run unchanged on
-one device or many. KV caches (keys [B, K, E, S], values [B, K, S, E]) are split as
-("data", "model", None, None): rows over data, kv heads over model.
+one device or many (KV caches: rows over "data", kv heads over "model", `cache_spec`).
 
-A "model" axis must divide the query heads, the kv heads, the MLP width and the
-vocabulary: `check_mesh` says which one does not, before any weight is read (pick a
-model-axis size that divides them, e.g. 1, 2, 4, 8).
+A "model" axis must divide the query heads and the MLP width and be a divisor or a multiple
+of the kv heads (`check_mesh`, before any weight is read). Wider than the kv heads, each is
+repeated to one a device (as vLLM, maxtext; `mesh_config`); a vocabulary it does not divide
+is zero-padded (`widen_params`), the model's head slicing the logits back to the vocabulary.
 
 Layering: `specjax.models` imports this module (the cache pins its buffers with
 `constrain_cache`), so it imports nothing from specjax. A model config is read by duck
 type (`Dims`), and parameter axes arrive as a `ParamAxes` argument.
 
-    meshes      parse_mesh, make_mesh, check_mesh, mesh_context
+    meshes      parse_mesh, make_mesh, check_mesh, mesh_config, mesh_context
     rules       ParamAxes, RULES, param_specs, state_specs, cache_spec
-    placement   place_params (a model's weights), place_state (a training state, FSDP),
+    placement   widen_params, place_params (a model's weights), place_state (FSDP),
                 replicate, put_batch / shard_batch, pad_rows, on_mesh (generate's inputs)
     on a mesh   constrain_cache (inside jit), to_host (results back)
 """
@@ -36,26 +35,27 @@ import dataclasses
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DATA_AXIS, MODEL_AXIS = "data", "model"
 MESH_AXES = (DATA_AXIS, MODEL_AXIS)
 __all__ = ["DATA_AXIS", "MODEL_AXIS", "MESH_AXES", "RULES", "Dims", "ParamAxes", "parse_mesh",
-           "make_mesh", "model_size", "check_mesh", "mesh_context", "spec_for", "param_specs",
-           "param_shardings", "state_specs", "cache_spec", "batch_sharding", "replicated",
-           "place_params", "place_state", "replicate", "put_batch", "shard_batch", "pad_rows",
-           "on_mesh", "constrain_cache", "to_host"]
+           "make_mesh", "model_size", "check_mesh", "mesh_config", "mesh_context", "spec_for",
+           "param_specs", "param_shardings", "state_specs", "cache_spec", "batch_sharding",
+           "replicated", "widen_params", "place_params", "place_state", "replicate", "put_batch",
+           "shard_batch", "pad_rows", "on_mesh", "constrain_cache", "to_host"]
 RULES = {"batch": DATA_AXIS, "heads": MODEL_AXIS, "kv_heads": MODEL_AXIS, "mlp": MODEL_AXIS,
-         "vocab": MODEL_AXIS}
+         "vocab": MODEL_AXIS, "vocab_subset": MODEL_AXIS}  # vocab_subset: never padded
 
 
 class Dims(Protocol):
   """What `check_mesh` reads of a model config (`specjax.models.ModelConfig` has it)."""
   n_heads: int
   n_kv_heads: int
+  head_dim: int
   d_ff: int
-  vocab_size: int
 
 
 # ------------------------------------------------------------------------------ meshes
@@ -108,20 +108,33 @@ def make_mesh(shape=None, devices: Optional[Sequence] = None) -> Mesh:
   return Mesh(np.asarray(devices).reshape(data, model), MESH_AXES)
 
 
-def model_size(mesh: Mesh) -> int:
-  return mesh.shape[MODEL_AXIS]
+def model_size(mesh) -> int:
+  """The "model" size of a Mesh (an int passes through; None: one device)."""
+  return 1 if mesh is None else mesh if isinstance(mesh, int) else mesh.shape[MODEL_AXIS]
+
+
+def _fits(cfg: Dims, m: int) -> bool:
+  return not (cfg.n_heads % m or cfg.d_ff % m or (cfg.n_kv_heads % m and m % cfg.n_kv_heads))
 
 
 def check_mesh(cfg: Dims, mesh: Mesh, name: str = "model") -> None:
-  """Raises ValueError naming the dimension the "model" axis does not divide."""
+  """One ValueError line where the "model" axis cannot hold the model (and the sizes that can)."""
   m = model_size(mesh)
-  dims = {"attention heads": cfg.n_heads, "kv heads": cfg.n_kv_heads, "MLP width": cfg.d_ff,
-          "vocabulary": cfg.vocab_size}
-  bad = {k: v for k, v in dims.items() if v % m}
-  if bad:
-    what = ", ".join(f"{k} ({v})" for k, v in bad.items())
-    raise ValueError(f"{name}: the mesh's 'model' axis ({m}) does not divide the {what}; "
-                     f"use a model-axis size that divides them (e.g. --config.mesh=data=N,model=1).")
+  if not _fits(cfg, m):
+    dims = {"attention heads": cfg.n_heads, "kv heads": cfg.n_kv_heads, "MLP width": cfg.d_ff}
+    what = ", ".join(f"{k} ({v})" for k, v in dims.items() if v % m)
+    sizes = [s for s in range(1, cfg.n_heads + 1) if _fits(cfg, s)]
+    raise ValueError(f"{name}: the mesh's 'model' axis ({m}) does not divide the {what}; it "
+                     "must divide the attention heads and MLP width and be a divisor or a multiple"
+                     f" of the kv heads (replicated then): use a model-axis size in {sizes}.")
+
+
+def mesh_config(cfg, mesh):
+  """cfg as placed on `mesh` (or a model size m): n_kv_heads raised to m where m is a wider
+  multiple of it (one replicated kv head a device); vocab_size stays (padding is sliced off)."""
+  m, kv = model_size(mesh), cfg.n_kv_heads
+  wide = m > kv and m % kv == 0 and cfg.n_heads % m == 0
+  return dataclasses.replace(cfg, n_kv_heads=m) if wide else cfg
 
 
 def mesh_context(mesh: Optional[Mesh]):
@@ -218,6 +231,56 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
+# ------------------------------------------------------------------- wide model axes
+
+def _maps(axes: tuple, shape, m: int, head_dim: int, kv_heads: int) -> dict:
+  """{dim: source index of each new index, -1: zero pad}: "kv_heads" [K*E] to kv_heads heads
+  (query head h reads kv head h // G: [a, a, b, b], not a tile), "vocab" to a multiple of m."""
+  maps = {}
+  for d, (axis, n) in enumerate(zip(axes, shape)):
+    if axis == "kv_heads" and n < kv_heads * head_dim:
+      new = np.arange(kv_heads * head_dim)  # new kv head j <- old head j // r
+      maps[d] = new // head_dim // (kv_heads * head_dim // n) * head_dim + new % head_dim
+    elif axis == "vocab" and n % m:
+      new = np.arange(-(-n // m) * m)
+      maps[d] = np.where(new < n, new, -1)
+  return maps
+
+
+def _take(x, maps: dict, xp):
+  """x gathered along each mapped dimension (numpy or jax.numpy as xp), pads zeroed."""
+  for d, idx in maps.items():
+    keep = (idx >= 0).reshape([-1 if i == d else 1 for i in range(x.ndim)])
+    x = xp.where(keep, xp.take(x, np.maximum(idx, 0), axis=d), xp.zeros((), x.dtype))
+  return x
+
+
+class _Widened:
+  """A host or lazy leaf through `_maps`; a slice reads only the source rows/columns it needs."""
+  def __init__(self, x, maps: dict):
+    self.x, self.maps, self.dtype, self.ndim = x, maps, x.dtype, len(x.shape)
+    self.shape = tuple(len(maps[d]) if d in maps else n for d, n in enumerate(x.shape))
+
+  def __getitem__(self, index):
+    hull, local = list(index), {}  # index: one slice a dimension (make_array_from_callback)
+    for d, idx in self.maps.items():
+      sub = idx[index[d]]
+      valid = sub[sub >= 0]
+      lo, hi = (int(valid.min()), int(valid.max()) + 1) if valid.size else (0, 1)
+      hull[d], local[d] = slice(lo, hi), np.where(sub >= 0, sub - lo, -1)
+    return _take(np.asarray(self.x[tuple(hull)]), local, np)
+
+
+def widen_params(params, cfg: Dims, mesh, axes: ParamAxes):
+  """params for `mesh_config(cfg, mesh)` (`_maps`; mesh or a model size). Shape-driven, so
+  widening placed params again (load on a mesh, then generate) is a no-op."""
+  m, kv = model_size(mesh), mesh_config(cfg, mesh).n_kv_heads
+  def leaf(path, x):
+    maps = _maps(axes.of(_keys(path), np.ndim(x)), np.shape(x), m, cfg.head_dim, kv)
+    return x if not maps else _take(x, maps, jnp) if isinstance(x, jax.Array) else _Widened(x, maps)
+  return jax.tree_util.tree_map_with_path(leaf, params)
+
+
 # --------------------------------------------------------------------------- placement
 
 def _put(x, sharding: NamedSharding) -> jax.Array:
@@ -230,7 +293,7 @@ def _put(x, sharding: NamedSharding) -> jax.Array:
 def place_params(params, cfg: Dims, mesh: Mesh, axes: ParamAxes, dtype=None,
                  name: str = "model"):
   """A model's weights on the mesh (derived one-device layouts dropped), each device
-  reading only its own slice.
+  reading only its own slice, widened for the mesh (`widen_params`, `mesh_config`).
 
   Leaves may be numpy arrays, jax arrays or lazy views with numpy-style slicing (the
   safetensors views of `specjax.loading.hf`): `make_array_from_callback` asks each leaf
@@ -238,7 +301,7 @@ def place_params(params, cfg: Dims, mesh: Mesh, axes: ParamAxes, dtype=None,
   dtype: float leaves are cast to it (per slice); integer leaves keep theirs.
   """
   check_mesh(cfg, mesh, name)
-  params = axes.strip(params)
+  params = widen_params(axes.strip(params), cfg, mesh, axes)
   shardings = param_shardings(params, mesh, axes)
   np_dtype = None if dtype is None else np.dtype(dtype)
 
@@ -248,9 +311,7 @@ def place_params(params, cfg: Dims, mesh: Mesh, axes: ParamAxes, dtype=None,
       return jax.device_put(x, sharding)
     floating = np.issubdtype(np.dtype(x.dtype), np.floating)
     out_dtype = np_dtype if (np_dtype is not None and floating) else np.dtype(x.dtype)
-
-    def read(index):
-      return np.ascontiguousarray(np.asarray(x[index]), dtype=out_dtype)
+    read = lambda index: np.ascontiguousarray(np.asarray(x[index]), dtype=out_dtype)
     return jax.make_array_from_callback(tuple(x.shape), sharding, read)
 
   return jax.tree.map(put, params, shardings)
@@ -266,8 +327,7 @@ def place_state(tree, mesh: Mesh, axes: ParamAxes):
 
 def replicate(tree, mesh: Mesh):
   """Every leaf of a pytree on all devices."""
-  sharding = replicated(mesh)
-  return jax.tree.map(lambda x: _put(x, sharding), tree)
+  return jax.tree.map(lambda x: _put(x, replicated(mesh)), tree)
 
 
 def put_batch(x: np.ndarray, mesh: Mesh) -> jax.Array:
@@ -301,10 +361,9 @@ def on_mesh(mesh: Mesh, target, target_params, drafter: Any, prompt: np.ndarray,
   """-> (target params, drafter, prompt [B', P], lens [B']) placed on `mesh`, B' the
   batch padded to a multiple of the "data" size (`pad_rows`).
 
-  target: has `cfg` (and a `name`); a drafter with `cfg` and `params` (a draft model)
-  gets its params placed too. axes: the params' logical axes
-  (`specjax.models.params.PARAM_AXES`). Checks first, before any work, that the "model"
-  axis divides the target's and a draft model's heads, kv heads, MLP width and vocabulary.
+  target: has `cfg` (and a `name`); a drafter with `cfg` and `params` (a draft model) gets
+  them placed and widened too (the target's config on the mesh: `mesh_config`). axes: the
+  params' logical axes (`PARAM_AXES`). `check_mesh`s both models first, before any work.
   """
   name = getattr(target, "name", "target")
   check_mesh(target.cfg, mesh, name)
@@ -314,7 +373,8 @@ def on_mesh(mesh: Mesh, target, target_params, drafter: Any, prompt: np.ndarray,
     check_mesh(draft_cfg, mesh, getattr(drafter, "name", "draft"))
   target_params = place_params(target_params, target.cfg, mesh, axes, name=name)
   if has_model:
-    drafter = drafter.replace(params=place_params(drafter.params, draft_cfg, mesh, axes))
+    drafter = drafter.replace(params=place_params(drafter.params, draft_cfg, mesh, axes),
+                              cfg=mesh_config(draft_cfg, mesh))
   data = mesh.shape[DATA_AXIS]
   prompt, lens = pad_rows(np.asarray(prompt), data), pad_rows(np.asarray(lens), data)
   return target_params, drafter, put_batch(prompt, mesh), put_batch(lens, mesh)

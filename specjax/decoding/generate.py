@@ -84,7 +84,7 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
   if mesh is not None:
     target_params, drafter, prompt, lens = parallel.on_mesh(
         mesh, target, target.params, drafter, prompt, lens, axes=PARAM_AXES)
-    decoder = decoder.replace(params=target_params)
+    decoder = decoder.replace(params=target_params, cfg=parallel.mesh_config(decoder.cfg, mesh))
   else:
     prompt, lens = jnp.asarray(prompt), jnp.asarray(lens)
   # max_new_tokens and the sampling numbers are traced: one program serves all their values

@@ -123,7 +123,9 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
   mesh: a ("data", "model") mesh (`specjax.parallel.make_mesh`): each parameter is
   split over "model" by its logical axis and every device reads only its own slice (from
   safetensors directly; GGUF files are dequantized on the host first). A "model" axis
-  that does not divide the heads, kv heads, MLP width or vocabulary is a ValueError.
+  wider than the kv heads repeats them (the returned cfg has that many) and a vocabulary
+  it does not divide is padded (`parallel.widen_params`); `parallel.check_mesh` says
+  which axes cannot be used.
   """
   if isinstance(dtype, str):
     if dtype not in _DTYPES:
@@ -135,7 +137,8 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
   if asset.is_draft_asset(path):  # a shipped draft: own tensors, reduced head, shared embeddings
     target = target if target is not None else load_model(asset.target_of(path))
     draft = asset.load_asset(path, target, name=source)
-    return dataclasses.replace(draft, params=to_device(draft.params, dtype, draft.cfg), mesh=mesh)
+    return dataclasses.replace(draft, params=to_device(draft.params, dtype, draft.cfg), mesh=mesh,
+                               cfg=parallel.mesh_config(draft.cfg, mesh))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source, lazy=mesh is not None)
   elif os.path.isfile(path) and _is_gguf(path):
@@ -143,5 +146,6 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
   else:
     raise LoadError(f"{source}: {path} is neither a .gguf file nor a Hugging Face model "
                     "directory; pass the directory that holds config.json.")
-  return Model(name=source, cfg=cfg, params=to_device(params, dtype, cfg), tokenizer=tokenizer,
-               eos_ids=eos, bos_id=bos, mesh=mesh)
+  return Model(name=source, cfg=parallel.mesh_config(cfg, mesh),  # kv heads widened on a mesh
+               params=to_device(params, dtype, cfg), tokenizer=tokenizer, eos_ids=eos, bos_id=bos,
+               mesh=mesh)

@@ -40,11 +40,13 @@ from specjax.parallel import ParamAxes
 # a draft's own blocks and optimizer moments that mirror the params match). Undeclared
 # leaves (norms, pos_embed, q/k norms, o/proj/down biases, a feature draft's fc and
 # fc_layers, head_vocab, Medusa heads) are replicated. "inference" is derived for one
-# device and dropped before placement (`canonical`).
+# device and dropped before placement (`canonical`). On a "model" axis wider than the kv
+# heads, "kv_heads" dimensions are repeated; a "vocab" one it does not divide is zero-padded
+# (`parallel.widen_params`); "vocab_subset" (a reduced head's ids) is split but never padded.
 PARAM_AXES = ParamAxes(tree={
     "embed": ("vocab", None),                                          # [V, D]
     "lm_head": {"kernel": (None, "vocab")},                            # [D, V]
-    "head_kernel": (None, "vocab"),                                    # [D, V']
+    "head_kernel": (None, "vocab_subset"),                             # [D, V'], never padded
     "attn": {"q": {"kernel": (None, "heads"), "bias": ("heads",)},     # [D, H*E]
              "k": {"kernel": (None, "kv_heads"), "bias": ("kv_heads",)},  # [D, K*E]
              "v": {"kernel": (None, "kv_heads"), "bias": ("kv_heads",)},

@@ -340,8 +340,8 @@ def full_head(params: dict, cfg: ModelConfig, x: jax.Array) -> jax.Array:
 def head(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
   """Final norm and output projection: [B, T, D] -> float32 logits [B, T, V]."""
   x = norm(params["final_norm"], cfg, hidden)
-  if "head_vocab" not in params:
-    return full_head(params, cfg, x).astype(jnp.float32)
+  if "head_vocab" not in params:  # [..., :V]: a head padded for a mesh has zero columns past V
+    return full_head(params, cfg, x)[..., :cfg.vocab_size].astype(jnp.float32)
   kernel = params["embed"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]  # [D, V]
   # Reduced output vocabulary (FR-Spec style drafts): score only the listed ids;
   # every other id gets probability zero, so verification stays exact.
