@@ -33,7 +33,7 @@ os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 # computes them in float32 either way.
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # The tests' programs are tiny, so compiling them is most of their time: XLA's CPU backend
-# at LLVM -O0 ran tests/test_tree.py in 137 s against 201 s at its default, back to back.
+# at LLVM -O0 ran tests/decoding/test_tree.py in 137 s against 201 s at its default, back to back.
 # Fake-device subprocesses append their device count to this (`tiny_models.fake_devices_env`).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()

@@ -23,7 +23,7 @@ from specjax.models import init_params  # noqa: E402
 from specjax.training import read_metrics, train  # noqa: E402
 from specjax.training.export import export_hf  # noqa: E402
 from tests import test_sharding as ts  # noqa: E402
-from tests.test_training import _toy  # noqa: E402
+from tests.training.test_training import _toy  # noqa: E402
 
 
 def _worker(code: str) -> dict:

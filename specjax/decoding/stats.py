@@ -22,7 +22,7 @@ so it is neither checked nor accepted nor on a counted path). Counters, per row:
 
 Run totals (`to_dict`): drafted = draft nodes the target verified (nodes_per_round per
 round: k for a chain, the tree's nodes, a drafter's own pass's); verify_passes = rounds
-with a drafter, 0 for the target alone. Identities, asserted in tests/test_stats.py:
+with a drafter, 0 for the target alone. Identities, asserted in tests/stub/test_stats_stub.py:
 accepted = sum_n n * path_lengths[n]; sum_n path_lengths[n] = verify_passes; a chain's
 per_rank_acceptance[i][0] = per_position_acceptance[i]; a position never reached is None.
 

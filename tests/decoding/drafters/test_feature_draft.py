@@ -21,7 +21,7 @@ from specjax.sampling import SamplingParams
 from specjax.training.draft import build_feature_draft
 from tiny_models import random_prompts, tiny
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TARGET = tiny("llama", seed=0)
 ROUNDS = 32  # >= max_new: every round yields at least one token
 DRAFT_CFG = dataclasses.replace(TARGET.cfg, n_layers=2)  # the feature drafts tested here
@@ -156,7 +156,7 @@ def test_unrolled_training_forward_equals_drafting_on_own_features():
 
 def test_toy_feature_distillation_raises_alpha(tmp_path):
   sys.path.insert(0, ROOT)
-  from tests.test_training import _tiny_config, _toy
+  from tests.training.test_training import _tiny_config, _toy
   from specjax.training import read_metrics, train
   c = _tiny_config(num_steps=60, **{"data.teacher": "topk"})
   c.draft.kind, c.draft.init_std = "feature", 0.02
@@ -313,7 +313,7 @@ def test_toy_three_layer_feature_distillation_raises_alpha(tmp_path):
   """3-layer features (EAGLE-3 style) on a 3-layer toy target: losses fall, alpha rises,
   fc_layers trains; the pool caches the 3-layer features under their own file name."""
   sys.path.insert(0, ROOT)
-  from tests.test_training import _tiny_config, _toy
+  from tests.training.test_training import _tiny_config, _toy
   from specjax.training import read_metrics, train
   c = _tiny_config(num_steps=60, **{"data.teacher": "topk"})
   c.toy.n_layers = 3

@@ -23,7 +23,7 @@ TARGET = tiny(seed=0)
 DRAFT = perturbed(TARGET, 0.05)
 PROMPTS = random_prompts(5, TARGET.cfg.vocab_size, seed=3)
 TREE = "static:2,2,1"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(prompts, tree=TREE, k=3):

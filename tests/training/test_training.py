@@ -16,7 +16,7 @@ from specjax.training import losses, toy
 from specjax.training import data as data_lib
 from specjax.training import teacher as teacher_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)  # configs/ is importable from the repository root
 
 
@@ -194,7 +194,7 @@ _DEVICE_SCRIPT = r"""
 import json, sys
 sys.path.insert(0, {root!r})
 import jax
-from tests.test_training import _tiny_config, _toy
+from tests.training.test_training import _tiny_config, _toy
 from specjax.training import read_metrics, train
 c = _tiny_config(num_steps=6, batch_size=8, ckpt_every=100)
 t, tp, hp = _toy(c)

@@ -1,21 +1,9 @@
-"""experiments/trees/speed.py's cross-validated comparison: the best chain is chosen on one
-half of the timing rounds and measured on the other, so a chain that only won by noise
-does not count against tree="auto"."""
-import importlib.util
-import os
-
+"""The tree-speed report (specjax/apps/tree_speed.py, used by experiments/trees/speed.py): the
+best chain is chosen on one half of the timing rounds and measured on the other, so a chain
+that only won by noise does not count against tree="auto"."""
 import pytest
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                     "experiments", "trees", "speed.py")
-
-
-@pytest.fixture(scope="module")
-def speed():
-  spec = importlib.util.spec_from_file_location("trees_speed", _PATH)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+from specjax.apps import tree_speed as speed
 
 
 def _row(setting, walls, new_tokens=10):
@@ -24,7 +12,7 @@ def _row(setting, walls, new_tokens=10):
           "same_tokens_as_target": True, "walls": walls}
 
 
-def test_best_chain_is_chosen_on_the_other_half(speed):
+def test_best_chain_is_chosen_on_the_other_half():
   # Rounds 0..3 of one prompt. chain k=2 is fast only in round 0 (noise), chain k=3 is
   # steadily 1 s, auto steadily 1.1 s; k=5 is the fastest but deeper than auto may go.
   rows = [_row("target", [[2.0, 2.0, 2.0, 2.0]]),
@@ -50,7 +38,7 @@ def test_best_chain_is_chosen_on_the_other_half(speed):
   assert "Cross-validated" in md
 
 
-def test_records_without_rounds_keep_the_old_report(speed):
+def test_records_without_rounds_keep_the_old_report():
   rows = [{k: v for k, v in _row(s, [[1.0, 1.0]]).items() if k != "walls"}
           for s in ("target", "chain k=2", "tree=auto k<=4")]
   rec, md = speed.report({"rows": rows, "k": 4, "auto_tree": "x", "calibration_s": 1.0,
@@ -58,7 +46,7 @@ def test_records_without_rounds_keep_the_old_report(speed):
   assert "cross_validated" not in rec and "Cross-validated" not in md
 
 
-def test_report_before_auto_is_timed(speed):
+def test_report_before_auto_is_timed():
   # --auto_last writes the chains and trees before tree="auto" calibrates: a record cut
   # there still reports them, and says that auto was not measured.
   rows = [_row("target", [[2.0, 2.0]]), _row("chain k=2", [[1.0, 1.0]]),

@@ -329,7 +329,7 @@ def test_library_never_imports_torch(tiny_llama_dir):
 
 
 def _run_python(code: str) -> subprocess.CompletedProcess:
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
                         env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": root})
 

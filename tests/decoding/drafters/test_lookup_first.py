@@ -133,7 +133,7 @@ def test_bad_combined_specs(spec, words):
 
 def test_trees_take_the_lookup_chain():
   """With tree=, the lookup's continuation is a chain beside early exit's tree: greedy
-  output stays the target's (tree='auto' with the lookup: tests/test_tree.py)."""
+  output stays the target's (tree='auto' with the lookup: tests/decoding/test_tree.py)."""
   prompts = random_prompts(3, TARGET.cfg.vocab_size, seed=4)
   prompts[0] = prompts[0] * 3
   alone = specjax.generate(TARGET, prompts, 12)

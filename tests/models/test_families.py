@@ -184,7 +184,7 @@ def _llama3_rope_freqs(p: dict, head_dim: int) -> np.ndarray:
 
 
 def _with_extras(monkeypatch, hf_dir: str, kind: str) -> None:
-  """Makes `write_gguf` (tests/test_loading.py) also write what llama.cpp's converter adds
+  """Makes `write_gguf` (tests/loading/test_loading.py) also write what llama.cpp's converter adds
   for these families: Qwen3's attn_q_norm / attn_k_norm, Llama-3's rope_freqs."""
   import gguf
   from safetensors.numpy import load_file
