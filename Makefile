@@ -6,7 +6,7 @@ STAMP := $(VENV)/.specjax-installed
 
 .PHONY: demo test test-fast benchmark install
 
-$(STAMP): setup.py
+$(STAMP): setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
