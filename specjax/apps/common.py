@@ -99,6 +99,8 @@ def merge_stats(stats: list) -> SpecStats:
                    wall_time_s=float(sum(s.wall_time_s for s in stats)),
                    prefill_time_s=float(sum(s.prefill_time_s for s in stats)),
                    compile_time_s=float(sum(s.compile_time_s for s in stats)),
+                   compiled_programs=sum(s.compiled_programs for s in stats),
+                   programs_from_disk=sum(s.programs_from_disk for s in stats),
                    nodes_per_round=first.nodes_per_round, tree=first.tree, **extra)
 
 

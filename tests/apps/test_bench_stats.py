@@ -48,6 +48,9 @@ def test_merge_and_select_keep_tree_statistics():
   assert all(0 < s.prefill_time_s < s.wall_time_s for s in (a, b, whole))
   assert merged.prefill_time_s == pytest.approx(a.prefill_time_s + b.prefill_time_s)
   assert d["prefill_time_s"] == merged.prefill_time_s
+  # programs built are counted per call and summed (a built the program, b reused it)
+  assert merged.compiled_programs == a.compiled_programs + b.compiled_programs > 0
+  assert merged.programs_from_disk == a.programs_from_disk + b.programs_from_disk
   back = common.select_rows(merged, [2, 3, 4])
   assert back.tree == b.tree and back.nodes_per_round == b.nodes_per_round
   for f in common.PER_ROW + common.TREE_PER_ROW:
