@@ -307,3 +307,26 @@ def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path, capfd, capl
   out, errs = capfd.readouterr()
   assert "Event loop is closed" not in out + errs + caplog.text, (errs + caplog.text)[-2000:]
   assert not [r for r in caplog.records if r.name in ("asyncio", "concurrent.futures")], caplog.text
+
+
+# ----------------------------------------------------------------------- memory
+
+def test_caches_that_cannot_fit_are_one_line_before_compiling():
+  """16 rows of a 16M-slot cache need 48 GiB of KV cache: refused by name (batch size and
+  cache length) before any program is built; the same model at 1 row and 40 tokens runs."""
+  from specjax.decoding import compiled, plan
+  model = tiny(max_positions=1 << 24)
+  before = compiled.compile_totals().programs
+  with pytest.raises(ValueError) as e:
+    specjax.generate(model, [[1, 2, 3]] * 16, max_new_tokens=(1 << 24) - 64)
+  line = str(e.value)
+  assert "\n" not in line and "a batch of 16 rows with a cache of 16777216 positions" in line
+  assert "do not fit in memory" in line
+  assert compiled.compile_totals().programs == before  # nothing compiled
+  need = plan.cache_bytes(model.cfg, 16, 1 << 24, 4)
+  assert need == 2 * 3 * 16 * 2 * 8 * (1 << 24) * 4
+  plan.check_memory(need, 16, 1 << 24, available=need)  # exactly fits: no error
+  with pytest.raises(ValueError, match="per device"):
+    plan.check_memory(need, 16, 1 << 24, available=need - 1)
+  plan.check_memory(need, 16, 1 << 24, devices=2, available=need // 2)  # split over a mesh
+  assert len(specjax.generate(model, [[1, 2, 3]], max_new_tokens=4).tokens[0]) == 4

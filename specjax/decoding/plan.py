@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+import jax
 import numpy as np
 
 LONG_PREFILL = 1024  # prompts longer than this get a console line when their prefill starts
@@ -68,6 +69,43 @@ def plan(cfg, longest: int, max_new_tokens: int, width: int,
     max_len = min(max_len, cfg.sliding_window)
     cfg.check_window(max(bucket, longest + max_new_tokens + width + 2))
   return Plan(bucket=bucket, max_len=max_len, width=width)
+
+
+def cache_bytes(cfg, batch: int, max_len: int, itemsize: int) -> int:
+  """Bytes of one model's KV cache: keys and values of every layer, [B, K, S, D] each."""
+  return 2 * cfg.n_layers * batch * cfg.n_kv_heads * cfg.head_dim * max_len * itemsize
+
+
+def device_memory_bytes(device=None) -> Optional[int]:
+  """Memory one device can still give: the accelerator's limit less what is in use, or on
+  the CPU the host's available memory (/proc/meminfo); None where neither is known."""
+  device = device or jax.devices()[0]
+  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
+def check_memory(needed: int, batch: int, max_len: int, devices: int = 1,
+                 available: Optional[int] = None) -> None:
+  """One line, before compiling, when the caches of `batch` rows of `max_len` slots
+  (`needed` bytes over `devices` devices) cannot fit one device's free memory."""
+  available = device_memory_bytes() if available is None else available
+  per_device = needed / max(devices, 1)
+  if available is not None and per_device > available:
+    gib = lambda x: f"{x / 2**30:.1f} GiB"
+    raise ValueError(
+        f"The KV caches do not fit in memory: a batch of {batch} rows with a cache of "
+        f"{max_len} positions needs {gib(per_device)} per device, but {gib(available)} is "
+        f"free. Lower the batch size, max_new_tokens or the prompt length, or spread the "
+        f"batch over a mesh.")
 
 
 def cache_limit(cfg, max_cache_len: Optional[int] = None) -> int:
