@@ -13,9 +13,12 @@ head predicts token t + 1) and predicts token t + 2 + i:
 The projection is the target's, shared and frozen, so a head is only L x (D x D + D)
 weights; optionally it scores only a reduced vocabulary `head_vocab` (FR-Spec style:
 the other ids get probability zero, so speculative verification stays exact). With
-zero-initialised blocks every head starts as the target's own head.
+zero-initialised blocks every head starts as the target's own head. Heads published
+with Medusa-1 (FasterDecoding/Medusa) own their projections instead: with "proj"
+(head i's own [D, V] output layer) logits_i = y @ proj_i and the target's is not read.
 
-params: {"w": [K, L, D, D], "b": [K, L, D], "head_vocab": [V'] int32 (optional)}.
+params: {"w": [K, L, D, D], "b": [K, L, D], "head_vocab": [V'] int32 (optional),
+         "proj": [K, D, V] (optional, not with head_vocab)}.
 An asset on disk (`save_medusa` / `load_medusa`) is medusa.safetensors (float16 blocks,
 int32 ids) plus specjax_medusa.json naming the target it was trained for.
 """
@@ -106,7 +109,11 @@ def support_logits(params: dict, target_params: dict, target_cfg: ModelConfig,
                    hidden: jax.Array, kernel: Optional[jax.Array] = None) -> jax.Array:
   """hidden [..., D] -> float32 logits on the support [..., K, N] (training).
 
-  kernel: the support projection [D, N] if already gathered (`support_kernel`)."""
+  kernel: the support projection [D, N] if already gathered (`support_kernel`); heads
+  with their own projections ("proj", N = V) use those and ignore it."""
+  if "proj" in params:
+    y = head_features(params, target_params, target_cfg, hidden)
+    return jnp.einsum("...kd,kdv->...kv", y, params["proj"].astype(jnp.float32))
   if kernel is None:
     kernel = support_kernel(params, target_params, target_cfg)
   y = head_features(params, target_params, target_cfg, hidden)
@@ -135,6 +142,8 @@ def save_medusa(cfg: MedusaConfig, params: dict, out_dir: str, target: str = "",
   tensors = {"w": np.asarray(params["w"], np.float16), "b": np.asarray(params["b"], np.float16)}
   if "head_vocab" in params:
     tensors["head_vocab"] = np.asarray(params["head_vocab"], np.int32)
+  if "proj" in params:
+    tensors["proj"] = np.asarray(params["proj"], np.float16)
   save_file(tensors, os.path.join(out_dir, TENSORS_FILE))
   meta = {"kind": "medusa", "target": target, **dataclasses.asdict(cfg), **(extra or {})}
   with open(os.path.join(out_dir, META_FILE), "w", encoding="utf-8") as f:
@@ -159,6 +168,8 @@ def load_medusa(path: str) -> tuple:
   params = {"w": jnp.asarray(tensors["w"], jnp.float32), "b": jnp.asarray(tensors["b"], jnp.float32)}
   if "head_vocab" in tensors:
     params["head_vocab"] = jnp.asarray(tensors["head_vocab"], jnp.int32)
+  if "proj" in tensors:
+    params["proj"] = jnp.asarray(tensors["proj"], jnp.float32)
   if params["w"].shape != (cfg.n_heads, cfg.n_layers, cfg.d_model, cfg.d_model):
     raise ValueError(f"{path}: the heads' weights {params['w'].shape} do not match its "
                      f"{META_FILE} ({cfg}).")

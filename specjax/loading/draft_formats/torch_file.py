@@ -10,6 +10,9 @@ the pickle is refused, so reading a file runs no code from it.
 
     tensors = read_torch_file(path, source)   # {name: np.ndarray}
     names = torch_file_names(path, source)    # the names, storages left unread
+
+`file_shapes` / `read_weights` do the same for either kind of weights file (a
+safetensors file or a torch one), so a loader can check shapes before reading.
 """
 from __future__ import annotations
 
@@ -130,9 +133,41 @@ def _tensors(path: str, source: str) -> dict:
 
 def torch_file_names(path: str, source: Optional[str] = None) -> set:
   """The tensor names of a torch checkpoint file (no storage is read)."""
+  return set(torch_file_shapes(path, source))
+
+
+def torch_file_shapes(path: str, source: Optional[str] = None) -> dict:
+  """{name: shape} of a torch checkpoint file (no storage is read)."""
   tensors, archive = _tensors(path, source or path)
   archive.close()
-  return set(tensors)
+  return {name: t.size for name, t in tensors.items()}
+
+
+def is_safetensors(path: str) -> bool:
+  return path.endswith(".safetensors")
+
+
+def file_shapes(path: str, source: Optional[str] = None) -> dict:
+  """{name: shape} of a safetensors or torch weights file, without reading the weights."""
+  source = source or path
+  if not is_safetensors(path):
+    return torch_file_shapes(path, source)
+  from safetensors import safe_open  # local: keeps `import specjax` light
+  try:
+    with safe_open(path, framework="numpy") as f:
+      return {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+  except Exception as e:  # safetensors raises its own error types and OSError
+    raise LoadError(f"{source}: cannot read {path} ({type(e).__name__}: {e}); the file is "
+                    "corrupt or truncated.") from None
+
+
+def read_weights(path: str, source: Optional[str] = None) -> dict:
+  """{name: numpy array} of a safetensors or torch weights file."""
+  source = source or path
+  if not is_safetensors(path):
+    return read_torch_file(path, source)
+  from specjax.loading.hf import read_safetensors
+  return read_safetensors([path], source)
 
 
 def read_torch_file(path: str, source: Optional[str] = None) -> dict:
