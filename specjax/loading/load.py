@@ -24,7 +24,7 @@ import numpy as np
 
 from specjax import parallel
 from specjax.errors import LoadError
-from specjax.loading import asset, gguf_file, hf, hub, registry, tokenizer as tok_lib
+from specjax.loading import asset, draft_formats, gguf_file, hf, hub, registry, tokenizer as tok_lib
 from specjax.loading.model import Model
 from specjax.models.config import ModelConfig
 from specjax.models.params import PARAM_AXES, inference_layout
@@ -119,7 +119,9 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
 
   dtype: "float32" (default) or "bfloat16" for the params; logits are always float32.
   target: for a draft asset, which shares its target's embeddings, the target already
-  loaded (else it is loaded by name); ignored for every other source.
+  loaded (else it is loaded by name); for a published draft (`draft_formats`: speculators,
+  EAGLE-3, EAGLE-1, Medusa-1), which is then returned as a `PublishedDraft` checked
+  against it, required; ignored for every other source.
   mesh: a ("data", "model") mesh (`specjax.parallel.make_mesh`): each parameter is
   split over "model" by its logical axis and every device reads only its own slice (from
   safetensors directly; GGUF files are dequantized on the host first). A "model" axis
@@ -139,6 +141,12 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
     draft = asset.load_asset(path, target, name=source)
     return dataclasses.replace(draft, params=to_device(draft.params, dtype, draft.cfg), mesh=mesh,
                                cfg=parallel.mesh_config(draft.cfg, mesh))
+  fmt = draft_formats.detect(path)
+  if fmt is not None:  # a published draft (speculators, EAGLE, Medusa): read for its target
+    if target is None or mesh is not None:
+      raise LoadError(f"{source}: a published draft ({fmt}) loads for a target on one device: "
+                      "pass target=<the loaded target model> and no mesh.")
+    return draft_formats.load(path, target, source, fmt, dtype=dtype)
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source, lazy=mesh is not None)
   elif os.path.isfile(path) and _is_gguf(path):

@@ -259,12 +259,13 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
   holds updated entries for the layers that ran (the rest are returned untouched).
   mask [B or 1, T, S]: the keys each new token attends to (default: causal by position).
   collect: layer indices whose outputs are also returned, concatenated in that order, as a
-  third value [B, T, len(collect) * D] (EAGLE-3 style multi-layer features).
+  third value [B, T, len(collect) * D] (EAGLE-3 style multi-layer features); -1 is the
+  embedded input.
   """
   n = cfg.n_layers if n_layers is None else n_layers
   t = x.shape[1]
   lengths = None if cache is None else cache.lengths
-  new_k, new_v, outs = [], [], {}
+  new_k, new_v, outs = [], [], {-1: x}  # -1: the blocks' input (EAGLE-3 aux id 0)
   for i in range(n):
     p = layer_params(params, i)
     layer_kv = None if cache is None else (cache.k[i], cache.v[i])

@@ -78,8 +78,8 @@ def read_config(path: str) -> Optional[dict]:
 
 
 def tensor_names(path: str) -> set:
-  """Tensor names of a directory's safetensors files or their index, without reading
-  weights (a .bin-only checkpoint gives the empty set)."""
+  """Tensor names of a directory's safetensors files (or their index), else of its torch
+  .bin files, without reading weights."""
   names = set()
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.isfile(index):
@@ -94,6 +94,11 @@ def tensor_names(path: str) -> set:
       except Exception as e:  # safetensors raises its own error types
         raise LoadError(f"{path}: cannot read {f} ({type(e).__name__}: {e}); the file is "
                         "corrupt or truncated.") from None
+  if not names:
+    from specjax.loading.draft_formats import torch_file
+    for f in sorted(os.listdir(path)):
+      if f.endswith(".bin") and f.startswith("pytorch_model"):
+        names |= torch_file.torch_file_names(os.path.join(path, f), path)
   return names
 
 
