@@ -323,8 +323,9 @@ def test_caches_that_cannot_fit_are_one_line_before_compiling():
   assert "\n" not in line and "a batch of 16 rows with a cache of 16777216 positions" in line
   assert "do not fit in memory" in line
   assert compiled.compile_totals().programs == before  # nothing compiled
-  need = plan.cache_bytes(model.cfg, 16, 1 << 24, 4)
-  assert need == 2 * 3 * 16 * 2 * 8 * (1 << 24) * 4
+  from specjax.models.interface import as_decoder
+  need = plan.cache_bytes(as_decoder(model), 16, 1 << 24)
+  assert need == 2 * 3 * 16 * 2 * 8 * (1 << 24) * 4 + 16 * 4  # L x (keys, values), lengths
   plan.check_memory(need, 16, 1 << 24, available=need)  # exactly fits: no error
   with pytest.raises(ValueError, match="per device"):
     plan.check_memory(need, 16, 1 << 24, available=need - 1)

@@ -77,8 +77,7 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
   plan = plan_lib.plan(target.cfg, longest, max_new_tokens, width, max_cache_len)
   prompt, lens = plan_lib.pad_prompts(prompts, plan.bucket)
   mesh = mesh if mesh is not None else getattr(target, "mesh", None)
-  itemsize = jax.tree.leaves(target.params)[0].dtype.itemsize
-  plan_lib.check_memory(plan_lib.cache_bytes(target.cfg, len(prompts), plan.max_len, itemsize),
+  plan_lib.check_memory(plan_lib.cache_bytes(as_decoder(target), len(prompts), plan.max_len),
                         len(prompts), plan.max_len,
                         devices=1 if mesh is None else mesh.devices.size)
   eos = tuple(sorted(int(e) for e in (target.eos_ids if eos_ids is None else eos_ids)))

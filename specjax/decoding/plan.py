@@ -71,9 +71,11 @@ def plan(cfg, longest: int, max_new_tokens: int, width: int,
   return Plan(bucket=bucket, max_len=max_len, width=width)
 
 
-def cache_bytes(cfg, batch: int, max_len: int, itemsize: int) -> int:
-  """Bytes of one model's KV cache: keys and values of every layer, [B, K, S, D] each."""
-  return 2 * cfg.n_layers * batch * cfg.n_kv_heads * cfg.head_dim * max_len * itemsize
+def cache_bytes(decoder, batch: int, max_len: int) -> int:
+  """Bytes of a decoder's cache for `batch` rows of `max_len` slots (its shapes only:
+  nothing is allocated)."""
+  shapes = jax.eval_shape(lambda: decoder.init_cache(batch, max_len))
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
 
 
 def device_memory_bytes(device=None) -> Optional[int]:
