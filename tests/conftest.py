@@ -166,3 +166,12 @@ def tiny_qwen2_dir(tmp_path_factory, tiny_tokenizer_dir):
       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
       rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False, eos_token_id=[2, 0])
   return save_tiny(tmp_path_factory, tiny_tokenizer_dir, "tiny_qwen2", cfg, seed=4)
+
+
+def pytest_terminal_summary(terminalreporter):
+  """The process's CPU seconds (its own and its finished subprocesses'), which a loaded
+  machine stretches less than wall time; `tests/run_files.py` reports it per file."""
+  import resource
+  used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+             for f in ("ru_utime", "ru_stime"))
+  terminalreporter.write_line(f"cpu {used:.0f} s")

@@ -34,6 +34,7 @@ ROOT = os.path.dirname(HERE)
 # order of the total, whichever file ends first.
 KINDS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected")
 _COUNT = re.compile(rf"(\d+) ({'|'.join(KINDS)})s?\b")
+_CPU = re.compile(r"^cpu (\d+) s$", re.M)  # tests/conftest.py's pytest_terminal_summary
 NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker expression selects nothing
 
 
@@ -49,6 +50,12 @@ class FileResult:
   @property
   def ok(self) -> bool:
     return self.rc in (0, NO_TESTS_COLLECTED)
+
+  @property
+  def cpu(self):
+    """CPU seconds the file's process reported (None: no tests/conftest.py line)."""
+    found = _CPU.findall(self.output)
+    return int(found[-1]) if found else None
 
   def counts(self) -> dict:
     tail = self.output.strip().splitlines()[-1:] or [""]
@@ -94,7 +101,9 @@ def _describe(result: FileResult) -> str:
   else:
     status = "ok" if result.ok else "FAILED"
   crashed = ", after one crash (rerun)" if result.crashes else ""
-  return f"{status:<8} {os.path.relpath(result.path, ROOT):<40} {counts} in {result.seconds:.0f} s{crashed}"
+  cpu = "" if result.cpu is None else f" (cpu {result.cpu} s)"
+  return (f"{status:<8} {os.path.relpath(result.path, ROOT):<40} {counts} in "
+          f"{result.seconds:.0f} s{cpu}{crashed}")
 
 
 def _tests_under(folder: str) -> list:
@@ -153,8 +162,9 @@ def main(argv=None) -> int:
   totals = {kind: sum(r.counts().get(kind, 0) for r in results) for kind in KINDS}
   totals = {kind: n for kind, n in totals.items() if n}
   crashed = [os.path.relpath(r.path, ROOT) for r in results if r.crashes]
+  cpu = sum(r.cpu or 0 for r in results)
   print(f"\nrun_files: {', '.join(f'{n} {k}' for k, n in totals.items())} in "
-        f"{len(results)} files, {time.perf_counter() - start:.0f} s wall"
+        f"{len(results)} files, {time.perf_counter() - start:.0f} s wall, cpu {cpu} s"
         + (f"; rerun after a crash: {', '.join(crashed)}" if crashed else "")
         + (f"; FAILED: {', '.join(os.path.relpath(r.path, ROOT) for r in failed)}" if failed else ""),
         flush=True)
