@@ -14,11 +14,12 @@ import dataclasses
 import os
 from typing import Any, Callable, Optional
 
-from specjax.decoding.drafters import (DrafterBase, EarlyExitDrafter, FeatureDrafter,
-                                      LookupFirstDrafter, MedusaDrafter, ModelDrafter,
-                                      NgramDrafter, SpecError)
+from specjax.decoding.drafters import (DrafterBase, Eagle3Drafter, EarlyExitDrafter,
+                                      FeatureDrafter, LookupFirstDrafter, MedusaDrafter,
+                                      ModelDrafter, NgramDrafter, SpecError)
 from specjax.decoding.drafters import lookahead
-from specjax.loading import Model, load_model, registry
+from specjax.loading import Model, draft_formats, load_model, registry
+from specjax.loading.draft_formats import PublishedDraft
 from specjax.models import is_feature_draft
 from specjax.models import medusa as medusa_model
 
@@ -75,11 +76,40 @@ def load_medusa(source: str, target) -> MedusaDrafter:
   return MedusaDrafter.for_target(cfg, params, target, name=source)
 
 
+# A published draft's kind (`loading.draft_formats`) -> its drafter: build(draft, target).
+PUBLISHED: dict[str, Callable[[PublishedDraft, Any], Any]] = {
+    "eagle3": lambda draft, target: Eagle3Drafter(params=draft.params, cfg=draft.cfg,
+                                                  name=draft.name),
+}
+
+
+def load_published(source: str, target, kind: str) -> Any:
+  """'kind:<dir>': the published draft at dir (any format of that kind) -> its drafter."""
+  path = _medusa_path(source)
+  fmt = draft_formats.detect(path)
+  if fmt is None:
+    raise SpecError(f"{path} holds no published draft (speculators or EAGLE layout)")
+  draft = draft_formats.load(path, target, source, fmt)
+  if draft.kind != kind:
+    raise SpecError(f"{path} holds a {draft.kind} draft ({fmt}), not {kind}")
+  return from_published(draft, target)
+
+
+def from_published(draft: PublishedDraft, target) -> Any:
+  """A loaded `PublishedDraft` -> the drafter of its kind."""
+  if draft.kind not in PUBLISHED:
+    raise ValueError(f"The published draft {draft.name!r} is a {draft.kind} draft, which no "
+                     f"drafter runs yet (known: {', '.join(PUBLISHED)}).")
+  return PUBLISHED[draft.kind](draft, target)
+
+
 register("ngram", lambda arg, target: NgramDrafter.from_spec(arg),
          "'ngram' or 'ngram:N' (prompt lookup of the last N..1 tokens, N >= 1, default 3)")
 register("early_exit", lambda arg, target: EarlyExitDrafter.from_spec(arg, target.cfg),
          "'early_exit:N' (the target's first N layers)")
 register("medusa", lambda arg, target: load_medusa(arg, target), "'medusa:<heads dir>'")
+register("eagle3", lambda arg, target: load_published(arg, target, "eagle3"),
+         "'eagle3:<dir>' (a published EAGLE-3 draft: speculators or EAGLE layout)")
 register("lookahead", lambda arg, target: lookahead.from_spec(arg, target.cfg.vocab_size),
          "'lookahead:W,N[,G]' (window, n-gram size, pooled candidates)")
 
@@ -90,7 +120,10 @@ def _is_model(obj) -> bool:
 
 
 def from_model(draft, target):
-  """A loaded draft model -> `FeatureDrafter` (params with "fc") or `ModelDrafter`."""
+  """A loaded draft model -> `FeatureDrafter` (params with "fc") or `ModelDrafter`; a
+  `PublishedDraft` -> the drafter of its kind."""
+  if isinstance(draft, PublishedDraft):
+    return from_published(draft, target)
   if draft.cfg.vocab_size != target.cfg.vocab_size:
     raise ValueError(
         f"Vocabulary mismatch: the draft {getattr(draft, 'name', 'draft')!r} has {draft.cfg.vocab_size} tokens but "
@@ -116,7 +149,7 @@ def resolve_drafter(draft: Any, target, load: Optional[Callable[[str], Any]] = N
   mesh, dtype and fallback)."""
   if draft is None or isinstance(draft, DrafterBase):
     return draft
-  if isinstance(draft, Model) or _is_model(draft):
+  if isinstance(draft, (Model, PublishedDraft)) or _is_model(draft):
     return from_model(draft, target)
   if not isinstance(draft, str):
     raise TypeError(f"Cannot use {type(draft).__name__} as a draft: pass a loaded model, a model "

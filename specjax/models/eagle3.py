@@ -202,3 +202,36 @@ def unrolled(params: dict, cfg: Eagle3Config, aux: jax.Array, tokens: jax.Array,
     outs.append(x)
     hidden = feedback(params, cfg, x)
   return outs
+
+
+def init_params(cfg: Eagle3Config, key: jax.Array, embed: jax.Array, std: float = 0.02,
+                draft_ids: Optional[jax.Array] = None, dtype=jnp.float32) -> dict:
+  """Random params in the layout above (N(0, std) kernels, unit norms), sharing `embed`
+  [V, D] (the target's); draft_ids [Vd]: the draft vocabulary's target ids (None: all)."""
+  lc, d, e = cfg.layer, cfg.d_model, cfg.layer.head_dim
+  a = len(cfg.aux_layers)
+  keys = iter(jax.random.split(key, 4 + 7 * lc.n_layers))
+  dense = lambda i, o: {"kernel": (std * jax.random.normal(next(keys), (i, o))).astype(dtype)}
+  ones = lambda n: {"scale": jnp.ones((n,), dtype)}
+  params = {"embed": embed.astype(dtype), "fc": dense(a * cfg.target_d_model, d),
+            "final_norm": ones(d), "lm_head": dense(d, cfg.draft_vocab_size)}
+  if cfg.norm_before_fc:
+    params["input_norm"] = ones(a * cfg.target_d_model)
+  if cfg.fc_norm:
+    params["fc_norm"] = [ones(cfg.target_d_model) for _ in range(a)]
+  layers = []
+  for i in range(lc.n_layers):
+    width = 2 * d if i == 0 else d
+    attn = {"q": dense(width, lc.n_heads * e), "k": dense(width, lc.n_kv_heads * e),
+            "v": dense(width, lc.n_kv_heads * e), "o": dense(lc.n_heads * e, d)}
+    if lc.qk_norm:
+      attn.update(q_norm=ones(e), k_norm=ones(e))
+    layer = {"attn_norm": ones(d), "attn": attn, "mlp_norm": ones(d),
+             "mlp": {"gate": dense(d, lc.d_ff), "up": dense(d, lc.d_ff), "down": dense(lc.d_ff, d)}}
+    if i == 0:
+      layer["hidden_norm"] = ones(d)
+    layers.append(layer)
+  params["layers"] = layers
+  if draft_ids is not None:
+    params["draft_ids"] = jnp.asarray(draft_ids, jnp.int32)
+  return params

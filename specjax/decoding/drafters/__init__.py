@@ -6,6 +6,8 @@ A new kind is a module here and one registration in the draft-spec grammar
 from specjax.decoding.drafters.base import (Capabilities, ChainDrafter, DraftContext, Drafter,
                                             DrafterBase, NoDrafter, PassDrafter, SpecError,
                                             TreeDrafter, sample_chain)
+from specjax.decoding.drafters.eagle3 import Eagle3Drafter, Eagle3State
+from specjax.decoding.drafters.dflash import DFlashDrafter, DFlashState
 from specjax.decoding.drafters.early_exit import EarlyExitDrafter
 from specjax.decoding.drafters.feature import FeatureDrafter, FeatureDraftState
 from specjax.decoding.drafters.lookahead import LookaheadDrafter
@@ -15,7 +17,7 @@ from specjax.decoding.drafters.model import ModelDrafter, draft_autoregressive
 from specjax.decoding.drafters.ngram import NgramDrafter, best_match, ngram_matches
 
 __all__ = ["Capabilities", "ChainDrafter", "DraftContext", "Drafter", "DrafterBase", "NoDrafter",
-           "PassDrafter", "SpecError", "TreeDrafter", "sample_chain", "EarlyExitDrafter", "FeatureDrafter",
+           "PassDrafter", "SpecError", "TreeDrafter", "sample_chain", "Eagle3Drafter", "Eagle3State", "EarlyExitDrafter", "FeatureDrafter",
            "FeatureDraftState", "LookaheadDrafter", "LookupFirstDrafter", "LookupTree",
            "MedusaDrafter", "ModelDrafter", "draft_autoregressive", "NgramDrafter", "best_match",
-           "ngram_matches"]
+           "ngram_matches", "DFlashDrafter", "DFlashState"]
