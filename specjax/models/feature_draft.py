@@ -26,9 +26,22 @@ next feature, [B, T, D]) are fed back as they are. Without them it reads the las
 layer only (L = 1).
 Drafting k tokens: one pass over the positions whose target features are known,
 then k - 1 passes that feed back the draft's own predicted features.
+
+Published EAGLE-1 drafts (`specjax.loading.draft_formats.eagle1`) map onto the same
+forward with these optional parts (specjax's own drafts have none of them):
+
+    "fc": {"bias": [D]}               # a bias on the fc (EAGLE-1's default, HASS)
+    "embed_norm": {"scale": [D]}      # RMSNorm of the embedding half (speculators layernorms)
+    "feature_norm": {"scale": [D]}    # the target's final norm: the draft reads the target's
+                                      # final-normed hidden state, as EAGLE-1 does
+    layers[i] without "attn_norm"     # no input norm (EAGLE-1's first layer)
+    no "final_norm"                   # the prediction goes to the head as it is
+
+plus `FeatureStyle(unit_rms=False)`, a static switch: EAGLE-1 feeds fc its inputs raw.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import jax
@@ -36,8 +49,23 @@ import jax.numpy as jnp
 
 from specjax.models.cache import KVCache
 from specjax.models.config import ModelConfig
-from specjax.models.transformer import (attend, blocks, embed, mlp, norm, positions_for,
-                                        project_qkv)
+from specjax.models.transformer import (attend, blocks, embed, full_head, head, mlp, norm,
+                                        positions_for, project_qkv)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureStyle:
+  """Static choices where a published feature draft computes differently from specjax's
+  own (hashable: a jit static argument; the defaults are specjax's drafts).
+
+  unit_rms: scale both halves of fc's input to unit RMS (specjax); EAGLE-1 feeds them raw.
+  feature_norm_eps: the epsilon of the target's final RMSNorm that "feature_norm" applies.
+  """
+  unit_rms: bool = True
+  feature_norm_eps: float = 1e-6
+
+
+SPECJAX_STYLE = FeatureStyle()
 
 
 def is_feature_draft(params: dict) -> bool:
@@ -63,8 +91,31 @@ def feature_layers_of(params: dict) -> Optional[tuple]:
   return tuple(int(i) for i in np.asarray(params["feature_layers"]))
 
 
-def _fc(params: dict, e: jax.Array, features: jax.Array) -> jax.Array:
-  """[unit_rms(embedding); unit_rms(feature)] @ fc: the blocks' input [B, T, D].
+def _rms_norm(p: dict, x: jax.Array, eps: float) -> jax.Array:
+  return (unit_rms(x, eps) * p["scale"]).astype(x.dtype)
+
+
+def target_features(params: dict, style: FeatureStyle, hidden: jax.Array) -> jax.Array:
+  """The target's hidden states [..., D] as the draft reads them: as they are (specjax),
+  or through the target's final RMSNorm where the draft holds it ("feature_norm": EAGLE-1)."""
+  if "feature_norm" not in params:
+    return hidden
+  return _rms_norm(params["feature_norm"], hidden, style.feature_norm_eps)
+
+
+def draft_head(params: dict, cfg: ModelConfig, f: jax.Array) -> jax.Array:
+  """Predicted features [B, T, D] -> float32 logits [B, T, V]: the final norm and the head
+  (`transformer.head`), or the head alone for a draft without "final_norm" (EAGLE-1
+  predicts the target's normed feature)."""
+  if "final_norm" in params:
+    return head(params, cfg, f)
+  return full_head(params, cfg, f)[..., :cfg.vocab_size].astype(jnp.float32)
+
+
+def _fc(params: dict, cfg: ModelConfig, e: jax.Array, features: jax.Array,
+        style: FeatureStyle = SPECJAX_STYLE) -> jax.Array:
+  """[unit_rms(embedding); unit_rms(feature)] @ fc: the blocks' input [B, T, D] (the
+  halves raw without `style.unit_rms`; the embedding normed first with "embed_norm").
 
   features [B, T, L*D] with L > 1 (the target's, multi-layer) first go through fc_layers;
   [B, T, D] ones (the last layer's, or the draft's own predictions) go in as they are."""
@@ -73,24 +124,31 @@ def _fc(params: dict, e: jax.Array, features: jax.Array) -> jax.Array:
       raise ValueError(f"Features of width {features.shape[-1]} for a draft of width "
                        f"{e.shape[-1]} without fc_layers (a multi-layer feature draft).")
     features = layer_rms(features, e.shape[-1]).astype(e.dtype) @ params["fc_layers"]["kernel"]
-  x = jnp.concatenate([unit_rms(e), unit_rms(features)], axis=-1).astype(e.dtype)
-  return x @ params["fc"]["kernel"]
+  dtype = e.dtype
+  if "embed_norm" in params:
+    e = _rms_norm(params["embed_norm"], e, cfg.norm_eps)
+  if style.unit_rms:
+    e, features = unit_rms(e), unit_rms(features)
+  x = jnp.concatenate([e.astype(dtype), features.astype(dtype)], axis=-1)
+  y = x @ params["fc"]["kernel"]
+  return y + params["fc"]["bias"] if "bias" in params["fc"] else y
 
 
 def feature_forward(params: dict, cfg: ModelConfig, features: jax.Array, next_tokens: jax.Array,
                     cache: Optional[KVCache] = None, positions: Optional[jax.Array] = None,
-                    mask: Optional[jax.Array] = None):
+                    mask: Optional[jax.Array] = None, style: FeatureStyle = SPECJAX_STYLE):
   """features [B, T, D] or [B, T, L*D] (f_j), next_tokens [B, T] (token j + 1) ->
   (predicted features f_{j+1} [B, T, D], cache advanced by T).
   positions [B, T] and mask [B, T, S] as in `transformer.forward_hidden` (token trees)."""
   if positions is None:
     positions = positions_for(cache, *next_tokens.shape)
   e = embed(params, cfg, next_tokens, positions)  # [B, T, D]
-  return blocks(params, cfg, _fc(params, e, features), positions, cache, mask=mask)
+  return blocks(params, cfg, _fc(params, cfg, e, features, style), positions, cache, mask=mask)
 
 
 def feature_forward_unrolled(params: dict, cfg: ModelConfig, features: jax.Array,
-                             next_tokens: jax.Array, steps: int) -> list:
+                             next_tokens: jax.Array, steps: int,
+                             style: FeatureStyle = SPECJAX_STYLE) -> list:
   """Cache-free training forward that also drafts from the draft's own features
   ("training-time test", as in EAGLE-3): what the draft sees at its s-th drafting step.
 
@@ -112,9 +170,10 @@ def feature_forward_unrolled(params: dict, cfg: ModelConfig, features: jax.Array
     mask = jnp.concatenate(
         [i[None, :] <= i[:, None] - (s - 1)] +
         [i[None, :] == i[:, None] - (s - r) for r in range(2, s + 1)], axis=1)[None]  # [1, T, sT]
-    x = _fc(params, e, inp)
+    x = _fc(params, cfg, e, inp, style)
     for layer, p in enumerate(params["layers"]):
-      q, k, v = project_qkv(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions)
+      h = norm(p["attn_norm"], cfg, x) if "attn_norm" in p else x
+      q, k, v = project_qkv(p["attn"], cfg, h, positions)
       kv[layer].append((k, v))
       keys = jnp.concatenate([kk for kk, _ in kv[layer]], axis=1)
       values = jnp.concatenate([vv for _, vv in kv[layer]], axis=1)

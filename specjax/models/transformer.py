@@ -269,8 +269,8 @@ def blocks(params: dict, cfg: ModelConfig, x: jax.Array, positions: jax.Array,
   for i in range(n):
     p = layer_params(params, i)
     layer_kv = None if cache is None else (cache.k[i], cache.v[i])
-    attn, layer_kv = _attention(p["attn"], cfg, norm(p["attn_norm"], cfg, x), positions,
-                                layer_kv, lengths, mask)
+    h = norm(p["attn_norm"], cfg, x) if "attn_norm" in p else x  # none: EAGLE-1's first layer
+    attn, layer_kv = _attention(p["attn"], cfg, h, positions, layer_kv, lengths, mask)
     x = x + attn
     x = x + mlp(p["mlp"], cfg, norm(p["mlp_norm"], cfg, x))
     if cache is not None:

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 from specjax.decoding import tree as tree_lib
 from specjax.decoding.drafters.base import (Capabilities, DraftContext, DrafterBase, last_token,
                                             rows_slice, sample_chain)
-from specjax.models import KVCache, ModelConfig, feature_forward, head
-from specjax.models.feature_draft import feature_layers_of
+from specjax.models import KVCache, ModelConfig, feature_forward
+from specjax.models.feature_draft import (SPECJAX_STYLE, FeatureStyle, draft_head,
+                                          feature_layers_of, target_features)
 
 
 @flax.struct.dataclass
@@ -40,6 +41,8 @@ class FeatureDrafter(DrafterBase):
   # Target layers whose outputs the loop hands over as `hidden` (concatenated, EAGLE-3
   # style); None: the last layer only.
   feature_layers: Optional[tuple] = flax.struct.field(pytree_node=False, default=None)
+  # How fc reads its inputs (`feature_draft.FeatureStyle`): specjax's, or EAGLE-1's.
+  style: FeatureStyle = flax.struct.field(pytree_node=False, default=SPECJAX_STYLE)
 
   @property
   def caps(self) -> Capabilities:
@@ -59,13 +62,21 @@ class FeatureDrafter(DrafterBase):
                        f"{self.feature_layers} (width {want}) but got features of width "
                        f"{hidden.shape[-1]}: run the target through "
                        "specjax.models.interface.target_pass with this drafter's feature layers.")
+    hidden = target_features(self.params, self.style, hidden)
     b, p = prompt.shape
     features = jnp.zeros((b, max_len, hidden.shape[-1]), hidden.dtype).at[:, :p].set(hidden)
     nxt = jnp.concatenate([prompt[:, 1:], jnp.zeros_like(prompt[:, :1])], axis=1)  # token j + 1
     cache = KVCache.init(self.cfg, b, max_len, self.params["embed"].dtype)
-    _, cache = feature_forward(self.params, self.cfg, hidden, nxt, cache)
+    _, cache = self._forward(hidden, nxt, cache)
     # Position plen - 1 waits for the first generated token: the first round does it.
     return FeatureDraftState(cache=cache.with_lengths(prompt_lens - 1), features=features)
+
+  def _forward(self, features, next_tokens, cache, **kw):
+    return feature_forward(self.params, self.cfg, features, next_tokens, cache, style=self.style,
+                           **kw)
+
+  def _head(self, f):
+    return draft_head(self.params, self.cfg, f)
 
   def _catch_up(self, state: FeatureDraftState, ctx: DraftContext):
     """The draft over the positions whose target features arrived last round -> (the
@@ -73,18 +84,18 @@ class FeatureDrafter(DrafterBase):
     k, start = ctx.k, state.cache.lengths  # start = n_tokens - 1 - (accepted last round + 1)
     feats = rows_slice(state.features, start, k + 1)  # [B, k+1, D]
     nxt = rows_slice(ctx.tokens, start + 1, k + 1)  # [B, k+1]
-    pred, cache = feature_forward(self.params, self.cfg, feats, nxt, state.cache)
+    pred, cache = self._forward(feats, nxt, state.cache)
     f = jnp.take_along_axis(pred, (ctx.n_tokens - 2 - start)[:, None, None], axis=1)  # [B, 1, D]
     return f, cache
 
   def propose(self, state: FeatureDraftState, ctx: DraftContext, key):
     f, cache = self._catch_up(state, ctx)
-    logits = head(self.params, self.cfg, f)[:, 0]  # [B, V]
+    logits = self._head(f)[:, 0]  # [B, V]
 
     def step(carry, x):
       cache, f = carry
-      f, cache = feature_forward(self.params, self.cfg, f, x[:, None], cache)
-      return head(self.params, self.cfg, f)[:, 0], (cache, f)
+      f, cache = self._forward(f, x[:, None], cache)
+      return self._head(f)[:, 0], (cache, f)
 
     drafts, q, (cache, _) = sample_chain(logits, (cache.with_lengths(ctx.n_tokens - 1), f), step,
                                          ctx, key)
@@ -103,18 +114,18 @@ class FeatureDrafter(DrafterBase):
       cache, fbuf = carry
       fin = jnp.take_along_axis(fbuf, parents[:, :, None], axis=1)  # [B, W, D]
       pos = jnp.broadcast_to(prefix[:, None] + d, tok.shape)
-      out, cache = feature_forward(self.params, self.cfg, fin, tok,
-                                   cache.with_lengths(prefix + nodes[0]), positions=pos,
-                                   mask=tree_lib.tree_mask(prefix, anc, cache.max_len))
-      return head(self.params, self.cfg, out), (cache, fbuf.at[:, nodes].set(out))
+      out, cache = self._forward(fin, tok, cache.with_lengths(prefix + nodes[0]), positions=pos,
+                                 mask=tree_lib.tree_mask(prefix, anc, cache.max_len))
+      return self._head(out), (cache, fbuf.at[:, nodes].set(out))
 
-    draft, (cache, _) = tree_lib.expand(tree, last_token(ctx), head(self.params, self.cfg, f)[:, 0],
+    draft, (cache, _) = tree_lib.expand(tree, last_token(ctx), self._head(f)[:, 0],
                                         (cache, fbuf), feed, ctx.sampling, key)
     state = FeatureDraftState(cache=cache.with_lengths(ctx.n_tokens - 1), features=state.features)
     return draft, state, ctx.target_cache
 
   def commit(self, state: FeatureDraftState, n_tokens, hidden):
     # hidden [B, k+1, D]: the verify pass's features at positions start .. start + k.
+    hidden = target_features(self.params, self.style, hidden)
     features = jax.vmap(lambda f, h, i: jax.lax.dynamic_update_slice_in_dim(f, h, i, 0))(
         state.features, hidden.astype(state.features.dtype), state.cache.lengths)
     return state.replace(features=features)
