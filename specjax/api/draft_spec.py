@@ -18,6 +18,7 @@ from specjax.decoding.drafters import (DrafterBase, Eagle3Drafter, EarlyExitDraf
                                       FeatureDrafter, LookupFirstDrafter, MedusaDrafter,
                                       ModelDrafter, NgramDrafter, SpecError)
 from specjax.decoding.drafters import lookahead
+from specjax.decoding.drafters.dflash import DFlashDrafter
 from specjax.loading import Model, draft_formats, load_model, registry
 from specjax.loading.draft_formats import PublishedDraft
 from specjax.models import is_feature_draft
@@ -78,6 +79,8 @@ def load_medusa(source: str, target) -> MedusaDrafter:
 
 # A published draft's kind (`loading.draft_formats`) -> its drafter: build(draft, target).
 PUBLISHED: dict[str, Callable[[PublishedDraft, Any], Any]] = {
+    "dflash": lambda draft, target: DFlashDrafter.for_target(draft.cfg, draft.params, target,
+                                                             name=draft.name),
     "eagle3": lambda draft, target: Eagle3Drafter(params=draft.params, cfg=draft.cfg,
                                                   name=draft.name),
 }
@@ -110,6 +113,8 @@ register("early_exit", lambda arg, target: EarlyExitDrafter.from_spec(arg, targe
 register("medusa", lambda arg, target: load_medusa(arg, target), "'medusa:<heads dir>'")
 register("eagle3", lambda arg, target: load_published(arg, target, "eagle3"),
          "'eagle3:<dir>' (a published EAGLE-3 draft: speculators or EAGLE layout)")
+register("dflash", lambda arg, target: load_published(arg, target, "dflash"),
+         "'dflash:<dir>' (a speculators DFlash draft: a block of drafts from one pass)")
 register("lookahead", lambda arg, target: lookahead.from_spec(arg, target.cfg.vocab_size),
          "'lookahead:W,N[,G]' (window, n-gram size, pooled candidates)")
 

@@ -41,9 +41,11 @@ FORMATS = {
     "eagle3": "eagle3_legacy",
     "eagle1": "eagle1",
     "medusa1": "medusa1",
+    "speculators:dflash": "dflash",
 }
 # speculators_model_type -> format; other types are named in the error
-SPECULATORS_TYPES = {"eagle3": "speculators:eagle3", "eagle": "speculators:eagle"}
+SPECULATORS_TYPES = {"eagle3": "speculators:eagle3", "eagle": "speculators:eagle",
+                     "dflash": "speculators:dflash"}
 LEGACY_EAGLE3_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 
 

@@ -106,3 +106,18 @@ def test_bad_checkpoints_one_line(checkpoints, tmp_path):
   other = tiny(vocab=61, layers=2, seed=0)  # a shallower target: aux id 4 is beyond it
   with pytest.raises(LoadError, match=r"layer ids \[1, 2, 4\].*2 layers"):
     fmt.load(path, other, "shallow")
+
+
+def test_spec_and_directory_decode_like_the_target(checkpoints):
+  """'dflash:<dir>' and the directory itself resolve to the DFlash drafter; greedy output
+  equals the target alone."""
+  import specjax
+  path, _ = checkpoints["vocab"]
+  prompts = [[3, 1, 4, 1, 5], [9, 2], [6, 5, 3, 5, 8, 9, 7]]
+  base = specjax.generate(h.TARGET, prompts, 10)
+  for draft in (f"dflash:{path}", path):
+    out = specjax.generate(h.TARGET, prompts, 10, draft=draft, k=3)
+    assert out.tokens == base.tokens
+    assert (out.stats.draft_passes == out.stats.rounds).all()
+  with pytest.raises(ValueError, match="holds a dflash draft"):
+    specjax.generate(h.TARGET, prompts, 4, draft=f"eagle3:{path}", k=2)
