@@ -5,7 +5,9 @@ The signature holds shapes, dtypes, shardings and the static settings only: max_
 the seed and the sampling numbers (`sampling.TracedSampling`) are traced arguments, so
 calls that differ only in them reuse one program. What each call compiled (programs,
 seconds in lower + compile, how many jax loaded from its persistent compilation cache) is
-returned with the program and summed for the process (`compile_totals`).
+returned with the program and summed for the process (`compile_totals`). Where jax's
+persistent cache is on, a new signature's loop is also stored whole (`program_store`), so
+a later process loads it without tracing, lowering or compiling.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import jax
 
+from specjax.decoding import program_store
 from specjax.decoding.loop import prefill, rounds
 from specjax.models import pass_options
 
@@ -104,18 +107,34 @@ def _build(args: tuple, statics: dict, rows: int) -> CompiledLoop:
   return CompiledLoop(prefill=pre, rounds=pass_options.compile_lowered(lowered, rows))
 
 
+def _named(statics: dict) -> dict:
+  """Static settings as text that names functions by module and name (not address)."""
+  return {n: f"{v.__module__}.{v.__qualname__}" if callable(v) and hasattr(v, "__qualname__")
+          else v for n, v in statics.items()}
+
+
 def compiled_loop(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, CompileCount]:
   """(the loop compiled for `args` and `statics`, what was compiled now: nothing when the
-  table had it). rows: of one round's target pass (batch x (k + 1) or tree slots)."""
+  table had it; loaded whole when `program_store` had it). rows: of one round's target
+  pass (batch x (k + 1) or tree slots)."""
   sig = signature(args, statics)
   if sig in _COMPILED:
     _COMPILED.move_to_end(sig)
     return _COMPILED[sig], CompileCount()
-  pass_options.few_row_options(rows)  # its one-off probe compile stays out of the count
   hits, start = _DISK_HITS[0], time.perf_counter()
-  loop = _build(args, statics, rows)
-  count = CompileCount(programs=2, seconds=time.perf_counter() - start,
-                       from_disk=min(2, _DISK_HITS[0] - hits))
+  name = program_store.key(repr((signature(args, _named(statics)), rows)))
+  stored = None if name is None else program_store.load(name)
+  if stored is not None:
+    loop = CompiledLoop(**stored)
+    count = CompileCount(programs=2, seconds=time.perf_counter() - start, from_disk=2)
+  else:
+    pass_options.few_row_options(rows)  # its one-off probe compile stays out of the count
+    hits, start = _DISK_HITS[0], time.perf_counter()
+    loop = _build(args, statics, rows)
+    count = CompileCount(programs=2, seconds=time.perf_counter() - start,
+                         from_disk=min(2, _DISK_HITS[0] - hits))
+    if name is not None:
+      program_store.save(name, {"prefill": loop.prefill, "rounds": loop.rounds})
   _TOTALS[0] = _TOTALS[0] + count
   _COMPILED[sig] = loop
   while len(_COMPILED) > MAX_PROGRAMS:

@@ -150,8 +150,13 @@ def test_unwritable_says_why(tmp_path):
 
 
 _CHILD = """
-import json, sys
+import json, os, sys
 import specjax
+from specjax.decoding import compiled
+if os.environ.get("NO_LOWERING"):  # a stored loop must come back without tracing or lowering
+  def _build(*args):
+    raise AssertionError("lowered a loop that was stored whole")
+  compiled._build = _build
 from stub_model import ragged_prompts, reference_greedy, stub, stub_draft
 prompts = ragged_prompts(2, seed=1)
 out = specjax.generate(stub(), prompts, 9, draft=stub_draft(), k=2, temperature=0.8, eos_ids=())
@@ -163,25 +168,27 @@ print(json.dumps({f: sum(d[f] for d in s) for f in
 """
 
 
-def _child(cache: str) -> subprocess.CompletedProcess:
+def _child(cache: str, **extra: str) -> subprocess.CompletedProcess:
   env = {n: v for n, v in os.environ.items() if n != "JAX_ENABLE_COMPILATION_CACHE"}
-  env.update(SPECJAX_COMPILE_CACHE=cache, PYTHONPATH=os.pathsep.join([ROOT, STUB]))
+  env.update(SPECJAX_COMPILE_CACHE=cache, PYTHONPATH=os.pathsep.join([ROOT, STUB]), **extra)
   return subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
                         env=env, timeout=300, cwd=ROOT)
 
 
 def test_second_process_loads_the_programs_from_disk(tmp_path):
   """Two fresh processes, one cache directory: the first compiles 4 programs and writes
-  them, the second loads all 4 from disk (and still decodes the same tokens)."""
+  them, the second loads all 4 from disk whole, neither tracing nor lowering a loop (and
+  still decodes the same tokens)."""
   cache = str(tmp_path / "xla")
   runs = []
-  for _ in range(2):
-    proc = _child(cache)
+  for second in (False, True):
+    proc = _child(cache, **({"NO_LOWERING": "1"} if second else {}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
   assert runs[0]["compiled_programs"] == runs[1]["compiled_programs"] == 4
   assert runs[0]["programs_from_disk"] == 0 and runs[1]["programs_from_disk"] == 4
   assert len(os.listdir(cache)) >= 4
+  assert len(os.listdir(os.path.join(cache, "specjax_loops"))) == 2  # one file a loop
 
 
 def test_an_unwritable_cache_is_one_warning_line(tmp_path):
