@@ -67,8 +67,11 @@ def is_medusa_source(source: str) -> bool:
 
 
 def load_medusa(source: str, target) -> MedusaDrafter:
-  """A Medusa heads source (a registry name or an asset directory) -> drafter for target."""
+  """A Medusa heads source (a registry name, an asset directory, or heads as FasterDecoding
+  publishes them) -> drafter for target."""
   path = _medusa_path(source)
+  if not medusa_model.is_medusa_dir(path) and draft_formats.detect(path) == "medusa1":
+    return load_published(source, target, "medusa1")
   if not medusa_model.is_medusa_dir(path):
     raise ValueError(f"Drafter 'medusa:{source}': {path} holds no Medusa heads "
                      f"({medusa_model.META_FILE}); give a registry name such as "
@@ -83,6 +86,12 @@ PUBLISHED: dict[str, Callable[[PublishedDraft, Any], Any]] = {
                                                              name=draft.name),
     "eagle3": lambda draft, target: Eagle3Drafter(params=draft.params, cfg=draft.cfg,
                                                   name=draft.name),
+    # EAGLE-1: specjax's feature drafter with EAGLE-1's style (draft.cfg: Eagle1Config)
+    "eagle1": lambda draft, target: FeatureDrafter(params=draft.params, cfg=draft.cfg.model,
+                                                   style=draft.cfg.style, name=draft.name),
+    # Medusa-1: specjax's Medusa drafter, each head with its own projection ("proj")
+    "medusa1": lambda draft, target: MedusaDrafter.for_target(draft.cfg, draft.params, target,
+                                                              name=draft.name),
 }
 
 
@@ -110,9 +119,12 @@ register("ngram", lambda arg, target: NgramDrafter.from_spec(arg),
          "'ngram' or 'ngram:N' (prompt lookup of the last N..1 tokens, N >= 1, default 3)")
 register("early_exit", lambda arg, target: EarlyExitDrafter.from_spec(arg, target.cfg),
          "'early_exit:N' (the target's first N layers)")
-register("medusa", lambda arg, target: load_medusa(arg, target), "'medusa:<heads dir>'")
+register("medusa", lambda arg, target: load_medusa(arg, target),
+         "'medusa:<heads dir>' (specjax's or Medusa-1's published heads)")
 register("eagle3", lambda arg, target: load_published(arg, target, "eagle3"),
          "'eagle3:<dir>' (a published EAGLE-3 draft: speculators or EAGLE layout)")
+register("eagle1", lambda arg, target: load_published(arg, target, "eagle1"),
+         "'eagle1:<dir>' (a published EAGLE-1/HASS draft: EAGLE or speculators layout)")
 register("dflash", lambda arg, target: load_published(arg, target, "dflash"),
          "'dflash:<dir>' (a speculators DFlash draft: a block of drafts from one pass)")
 register("lookahead", lambda arg, target: lookahead.from_spec(arg, target.cfg.vocab_size),
