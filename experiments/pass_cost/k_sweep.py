@@ -46,10 +46,10 @@ def main():
       for k in [0] + ks:
         out = generate(target, [ids], args.max_new, draft=d if k else None, k=max(k, 1))
         best[k] = min(best.get(k, float("inf")), out.stats.wall_time_s / out.stats.new_tokens.sum())
-    speedup = {k: best[0] / best[k] for k in ks}
+    speedup = {0: 1.0, **{k: best[0] / best[k] for k in ks}}  # k = 0: the target alone
     top = max(speedup, key=speedup.get)
     rows.append({"draft": label, "prompt": pname, "auto_k": auto["k"],
-                 "expected_speedup": auto["expected_speedup"], "acceptance": auto["acceptance"],
+                 "predicted_speedup": auto["predicted_speedup"], "acceptance": auto["acceptance"],
                  "measured_speedup": speedup, "best_k": top,
                  "auto_over_best": speedup[auto["k"]] / speedup[top]})
   lines = ["| draft | prompt | " + " | ".join(f"k={k}" for k in ks) +

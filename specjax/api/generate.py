@@ -10,7 +10,6 @@ import numpy as np
 
 from specjax import compile_cache
 from specjax.api.draft_spec import resolve_drafter
-from specjax.decoding import plan as plan_lib
 from specjax.decoding import tree as tree_lib
 from specjax.decoding.drafters import LookupFirstDrafter
 from specjax.decoding.drafters.lookup_first import chain_needs_tree
@@ -55,8 +54,10 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   target: a loaded model or a source for `load_model`. prompts: a string, token ids, or
   a list of either (rows may differ in length). chat: apply the chat template.
   draft: None, a spec string (`specjax.api.draft_spec`), a loaded model or a drafter.
-  k: tokens drafted per round (a tree's depth), or "auto": chosen from this machine's
-  pass costs and a short calibration run (`specjax.tune.k`), returned in `k_choice`.
+  k: tokens drafted per round (a tree's depth), or "auto": chosen for this batch size and
+  these prompts from the loop's costs at this batch and the drafter's acceptance, both
+  measured once per machine and kept (`specjax.tune.k`); the target alone (k = 0) where no
+  k pays. The choice, its note and predicted speedup are returned in `k_choice`.
   tree: None (a chain), "static:4,2,2,1", "dynamic:N", a `TreeSpec`, or "auto" (the
   fastest measured static tree of depth at most k, chains included: `specjax.tune.tree`).
   eos_ids: stop tokens (default: the target's). verifier: a per-row acceptance rule (see
@@ -87,16 +88,16 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     if tree is not None:
       raise ValueError("A token tree needs a drafter: pass draft= as well as tree=.")
     k = 0
-  elif auto_k:  # calibrate, then run at the chosen k
+  elif auto_k:  # k for this batch from stored loop costs (measured once), or none
     if tree is not None:
       raise ValueError("k='auto' chooses the length of a chain; with tree= give k (the "
                        "tree's depth) as an integer, or use tree='auto' with a fixed k.")
-    longest = max(len(p) for p in prompt_ids)
-    calibrate = lambda kk: decode(target, prompt_ids, min(max_new_tokens, tune_k.CALIBRATION_TOKENS),
-                                  drafter=drafter, k=kk, **same).stats
-    cost_len = plan_lib.cache_len(longest, max_new_tokens, tune_k.K_MAX)
-    choice = tune_k.choose_k(target, drafter, calibrate, longest, cost_len, sampling.temperature)
+    run = lambda ids, n, kk: decode(target, ids, n, drafter=drafter if kk else None, k=kk,
+                                    **same).stats
+    choice = tune_k.choose_k(target, drafter, prompt_ids, int(max_new_tokens), sampling, run)
     k = choice["k"]
+    if k == 0:  # no k pays at this batch: the target alone, as the choice says
+      drafter = None
   elif auto_tree:
     if not drafter.caps.tree_kinds:
       raise ValueError(f"The drafter {drafter.name!r} does not draft token trees; use tree=None.")
@@ -108,6 +109,8 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
     k = int(drafter.caps.fixed_k or k)
     tree = tree_lib.resolve_tree(tree, k, True)
   out = decode(target, prompt_ids, max_new_tokens, drafter=drafter, k=k, tree=tree, **same)
+  if choice is not None:
+    tune_k.record(choice, out.stats)  # this run's rows join the stored acceptance
   texts = None
   if getattr(target, "tokenizer", None) is not None:
     texts = [target.decode(t, skip_special_tokens=True) for t in out.tokens]  # EOS stays in tokens

@@ -75,10 +75,13 @@ def run_card(config) -> dict:
     raise ValueError(f"config.tree={tree!r} needs a draft and config.k as a number: the "
                      "tree's depth (at most, for 'auto'), e.g. --config.k=4; k='auto' "
                      "chooses among chains only.")
+  choice = None
   if k == "auto" and draft is not None:  # choose once (printed), then time that k
-    k = generate(target, [prompt], draft=draft, k="auto", **common).k_choice["k"]
+    choice = generate(target, [prompt], draft=draft, k="auto", **common).k_choice
+    k = choice["k"]
+  run_draft = draft if k != 0 else None  # k = 0: no k pays at this batch, the target alone
   # tree="auto" chooses (and prints) in the first run, and the process keeps that choice
-  spec = best_of(config.repeats, target, [prompt], draft=draft, k=k, tree=tree, **common)
+  spec = best_of(config.repeats, target, [prompt], draft=run_draft, k=k, tree=tree, **common)
   s = spec.stats
   k = s.k  # tree="auto" may choose a shallower tree, or a chain
   card = {
@@ -94,6 +97,10 @@ def run_card(config) -> dict:
       "closed_form_tokens_per_pass": s.closed_form_tokens_per_pass,
       "speculative_tokens_per_s": s.tokens_per_s, "speculative_time_s": s.wall_time_s,
       "identical_to_target": None, "speedup": None, "warning": warning,
+      # k="auto": what it chose from (a note naming k or "target alone"), its prediction
+      "k_note": None if choice is None else choice["note"],
+      "predicted_speedup": None if choice is None else choice["predicted"],
+      "calibration_s": None if choice is None else choice["calibration_s"],
   }
   if config.check_target:
     base = best_of(config.repeats, target, [prompt], **common)
@@ -103,7 +110,7 @@ def run_card(config) -> dict:
     # Time per generated token, target alone over speculative (the two outputs may
     # differ in length when sampling).
     card["speedup"] = s.tokens_per_s / base.stats.tokens_per_s
-    if draft is not None and config.get("explain", True):
+    if run_draft is not None and config.get("explain", True):
       if s.tree is None:  # a tree's pass and proposal are not timed apart
         card.update(pass_costs(target, draft, k, len(prompt), config.max_new_tokens,
                                repeats=config.repeats))
@@ -178,6 +185,16 @@ def _fmt(x, spec="{:.3f}"):
   return "n/a" if x is None else spec.format(x)
 
 
+def _k_line(c: dict) -> str:
+  """The k, with k="auto"'s note: "2 (auto: k=2 at batch 1 (predicted 1.2x ...))", or
+  "target alone (auto: target alone: no k pays at batch 1 (predicted 0.97 ...))"."""
+  if not c.get("k_auto"):
+    return str(c["k"])
+  if c.get("k_note") is None:  # no draft: nothing was chosen
+    return f"{c['k']} (auto)"
+  return f"{c['k'] or 'target alone'} (auto: {c['k_note']})"
+
+
 def format_card(c: dict) -> str:
   lines = [
       f"prompt: {c['prompt']}",
@@ -185,7 +202,7 @@ def format_card(c: dict) -> str:
       "",
       f"target               {c['target']}",
       f"draft                {c['draft']}",
-      f"k                    {c['k']}{' (auto)' if c.get('k_auto') else ''}",
+      f"k                    {_k_line(c)}",
       *([f"tree                 {c['tree'] or 'the chain'}"
          f"{' (auto)' if c.get('tree_auto') else ''}, {c['nodes_per_round']} draft "
          f"node{'s' if c['nodes_per_round'] != 1 else ''} per round"]
@@ -203,7 +220,8 @@ def format_card(c: dict) -> str:
     lines += [
         f"target alone tok/s   {_fmt(c['target_tokens_per_s'], '{:.1f}')}",
         f"identical to target  {c['identical_to_target']}",
-        f"speedup              {_fmt(c['speedup'], '{:.2f}')}x (measured in this run)",
+        f"speedup              {_fmt(c['speedup'], '{:.2f}')}x (measured in this run"
+        + (f"; predicted {c['predicted_speedup']:.2f}x)" if c.get("predicted_speedup") else ")"),
     ]
   if c.get("compile_programs") is not None:
     lines.append(f"compile              {format_compile(c)}")

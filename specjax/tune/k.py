@@ -1,28 +1,40 @@
-"""k = "auto": the number of drafted tokens per round, chosen from measured costs.
+"""k = "auto": the number of drafted tokens per round for the batch at hand, or none.
 
-Axes: k drafted tokens per round, T = k + 1 tokens per verify pass.
+Axes: k drafted tokens per round, B batch rows, N new tokens per row.
+
+`choose_k` predicts, for each k of `loop_costs.K_PROBES`, the speedup over the target
+alone of this call (`predicted_speedup`):
+
+    (P_0 + (N - 1) * s_0) / (P_k + I_k(B, N) * r_k)
+
+from the loop's own costs at this batch (prefill P, seconds per loop iteration s_0 / r_k,
+timed inside the compiled loop: `specjax.tune.loop_costs`) and the iterations I_k a batch
+of B rows needs (its slowest row: `specjax.tune.acceptance`, from the drafter's per-row
+acceptance). It takes the best k, or the target alone (k = 0) when no k reaches
+`MIN_GAIN`, and says which. Both measurements are made once per machine and kept in the
+cost store (`specjax.tune.store`); later calls and processes read them.
+
+The pass-cost model below (c(T) of isolated passes, `pass_costs`, `draft_step_cost`,
+`expected_speedups`) is what tree="auto" ranks trees with (`specjax.tune.tree`):
 
     expected_speedup(k) = tokens_per_pass(k) * c(1) / (c(k + 1) + k * c_draft)
     tokens_per_pass(k)  = 1 + sum_{j <= k} prod_{i <= j} a_i
-
-c(T): seconds of one cached target pass over T tokens, measured on this machine (T >= 2
-smoothed by a line in T, `smooth_costs`) and kept in a cost table per machine, model and
-cost-model version in the cost store (`specjax.tune.store`, under the cache root); c_draft: seconds of one draft step (one `propose` at
-K_MAX over K_MAX), cached the same way per drafter; a_i: the per-position acceptance
-P(position i accepted | reached), from a short calibration run at k = K_MAX on the
-caller's own prompts and settings.
 """
 from __future__ import annotations
 
 import sys
+import time
 from typing import Optional, Sequence
 
 import numpy as np
 
-from specjax.tune import costs, store
+from specjax.tune import acceptance as accept_lib
+from specjax.tune import costs, loop_costs, store
 
-K_MAX = 8
-CALIBRATION_TOKENS = 32
+K_MAX = 8  # the deepest chain the pass-cost tables cover (tree="auto")
+CALIBRATION_TOKENS = 32  # new tokens of the acceptance calibration run
+MIN_GAIN = 1.05  # a k pays when its predicted speedup reaches this (the margin covers
+# the prediction's error: experiments/batch/)
 
 
 def tokens_per_pass(acceptance: Sequence[float], k: int) -> float:
@@ -88,37 +100,91 @@ def draft_step_cost(target, drafter, context_len: int, max_len: int, temperature
   return float(store.cached("draft", key, make))
 
 
-def acceptance_from_stats(stats, k: int) -> list:
-  """Per-position acceptance a_1..a_k from a run's counters, for the model of
-  `tokens_per_pass`: an unreached position gets the rate of the one before it (or 0)."""
-  checked = np.asarray(stats.checked).sum(0)
-  accepted = np.asarray(stats.accepted).sum(0)
-  out, last = [], 0.0
-  for i in range(k):
-    last = float(accepted[i] / checked[i]) if checked[i] else last
-    out.append(last)
-  return out
+def predicted_speedup(alone: dict, spec: dict, rounds: float, new_tokens: int) -> float:
+  """The target alone's time over the speculative run's, for rows of `new_tokens`:
+
+      (P_0 + (N - 1) * s_0) / (P_k + I_k * r_k)
+
+  P: prefill seconds; s_0: a target-alone loop iteration (one token per row); r_k: a
+  speculative loop iteration at k (both `loop_costs.per_iteration`, timed inside the loop);
+  I_k: the iterations the batch needs (`accept_lib.expected_rounds`, its slowest row)."""
+  t_alone = alone["prefill_s"] + (new_tokens - 1) * alone["round_s"]
+  t_spec = spec["prefill_s"] + rounds * spec["round_s"]
+  return float(t_alone / t_spec) if t_spec > 0 else float("inf")
 
 
-def choose_k(target, drafter, calibrate, context_len: int, max_len: int, temperature: float,
-             k_max: int = K_MAX, log=True) -> dict:
-  """Picks k in 1..k_max. `calibrate(k)` runs the caller's generation at k and returns its
-  stats. Returns {"k", "expected_speedup": {k: x}, "acceptance", "costs", "c_draft"}."""
-  stats = calibrate(k_max)
-  acceptance = acceptance_from_stats(stats, k_max)
-  measured = pass_costs(target, context_len, max_len, range(1, k_max + 2))
-  table = smooth_costs(measured)
-  c_draft = draft_step_cost(target, drafter, context_len, max_len, temperature)
-  speedups = expected_speedups(table, c_draft, acceptance, range(1, k_max + 1))
-  k = max(speedups, key=speedups.get)
-  choice = {"k": int(k), "expected_speedup": speedups, "acceptance": acceptance,
-            "costs": table, "measured_costs": measured, "c_draft": c_draft}
-  measured_acceptance = stats.per_position_acceptance[:k_max]  # None where never reached
-  choice["measured_acceptance"] = measured_acceptance
+def choose(table: dict, rounds: dict, new_tokens: int, batch: int,
+           min_gain: Optional[float] = None) -> dict:
+  """The k of `rounds` ({k: expected iterations}) with the best predicted speedup over the
+  target alone (`table`: `loop_costs.measure`'s {str(k): costs}, "0" the target alone), or
+  k = 0 (the target alone) when none reaches `min_gain`.
+  -> {"k", "best_k", "predicted" (of the choice; 1.0 for the target alone),
+      "predicted_speedup": {k: x}, "batch", "note"}."""
+  predicted = {int(k): predicted_speedup(table["0"], table[str(k)], r, new_tokens)
+               for k, r in rounds.items()}
+  best = max(predicted, key=predicted.get)
+  if predicted[best] >= (MIN_GAIN if min_gain is None else min_gain):
+    k, note = best, f"k={best} at batch {batch} (predicted {predicted[best]:.2f}x the target alone)"
+  else:
+    k, note = 0, (f"target alone: no k pays at batch {batch} (predicted {predicted[best]:.2f}"
+                  f" at best, k={best})")
+  return {"k": k, "best_k": best, "predicted": predicted[best] if k else 1.0,
+          "predicted_speedup": predicted, "batch": batch, "note": note}
+
+
+def drafter_id(drafter) -> tuple:
+  """What names a drafter in the store: its class, name and weights' content."""
+  return (type(drafter).__name__, drafter.name, store.fingerprint(drafter))
+
+
+def choose_k(target, drafter, prompts: list, max_new_tokens: int, sampling, run,
+             log: bool = True) -> dict:
+  """k for this batch and these prompts, or 0 (the target alone) when no k pays.
+
+  run(prompts, max_new_tokens, k) -> SpecStats: the caller's generation (k = 0: the target
+  alone). Two things are measured once per machine and kept in the cost store, never per
+  call: the drafter's per-row acceptance at k = max(K_PROBES) (`CALIBRATION_TOKENS` on the
+  first caller's prompts; keyed by target, drafter and sampling) and the loop's costs at
+  this batch bucket and prompt bucket (`loop_costs`). Returns `choose`'s fields and
+  "acceptance" (pooled, by position), "rounds" ({k: expected iterations}), "costs",
+  "calibration_s" (seconds this call spent measuring: 0 when both were stored)."""
+  start, measured = time.perf_counter(), []
+  ks = loop_costs.K_PROBES
+  ident = drafter_id(drafter)
+  model = (getattr(target, "name", ""), target.cfg, _dtype(target))
+
+  def calibrate():
+    measured.append(True)
+    n = min(max_new_tokens, CALIBRATION_TOKENS)
+    return accept_lib.row_counts(run(prompts, n, max(ks)), max(ks))
+
+  accept_key = store.key("acceptance", *model, ident, sampling)
+  counts = store.cached("acceptance", accept_key, calibrate)
+  longest = max(len(p) for p in prompts)
+  table, cost_s = loop_costs.loop_costs(
+      loop_costs.key(target, ident, sampling.temperature == 0, len(prompts), longest, ks),
+      lambda k: run(prompts, loop_costs.COST_TOKENS, k), ks)
+  rates = accept_lib.row_rates(counts)
+  rounds = {k: accept_lib.expected_rounds(rates, k, len(prompts), max_new_tokens) for k in ks}
+  choice = choose(table, rounds, max_new_tokens, len(prompts))
+  spent = (time.perf_counter() - start) if (measured or cost_s) else 0.0
+  choice.update(acceptance=accept_lib.pooled_rates(counts), rounds=rounds, costs=table,
+                calibration_s=spent, acceptance_key=accept_key)
   if log:
-    shown = " ".join("-" if a is None else f"{a:.2f}" for a in measured_acceptance)
-    print(f"specjax: k=auto chose k={k} (expected speedup {speedups[k]:.2f}x; "
-          f"c(k+1)/c(1) = {table[k + 1] / table[1]:.2f}, draft step {c_draft / table[1]:.3f} "
-          f"of c(1), acceptance by position {shown}, '-' never reached)",
+    shown = ", ".join(f"{k}: {x:.2f}" for k, x in choice["predicted_speedup"].items())
+    where = f"measured now in {spent:.1f} s" if spent else "from the cost store"
+    print(f"specjax: k=auto: {choice['note']}; predicted speedup by k {shown} "
+          f"(loop costs at batch bucket {loop_costs.batch_bucket(len(prompts))}, {where})",
           file=sys.stderr, flush=True)
   return choice
+
+
+def record(choice: dict, stats) -> None:
+  """Adds a speculative run's per-row counters (at the chosen k) to the stored acceptance
+  that `choice` was made from: later choices see more prompts, at no extra cost."""
+  if not choice.get("k"):
+    return
+  counts = store.get("acceptance", choice["acceptance_key"])
+  if counts:
+    store.put("acceptance", choice["acceptance_key"],
+              accept_lib.merged(counts, accept_lib.row_counts(stats, choice["k"])))

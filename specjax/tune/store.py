@@ -49,19 +49,31 @@ def key(*parts) -> str:
   return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:20]
 
 
+def get(name: str, k: str):
+  """The JSON value stored at <store>/<name>-<k>.json, or None (missing or unreadable)."""
+  path = os.path.join(store_dir(), f"{name}-{k}.json")
+  try:
+    with open(path) as f:
+      return json.load(f)["value"]
+  except (OSError, ValueError, KeyError):
+    return None
+
+
 def cached(name: str, k: str, make):
   """A JSON value stored at <store>/<name>-<k>.json (made and written when missing)."""
-  path = os.path.join(store_dir(), f"{name}-{k}.json")
-  if os.path.isfile(path):
-    try:
-      with open(path) as f:
-        return json.load(f)["value"]
-    except (OSError, ValueError, KeyError):
-      pass  # unreadable: measure again
+  value = get(name, k)
+  if value is not None:
+    return value
   value = make()
+  put(name, k, value)
+  return value
+
+
+def put(name: str, k: str, value) -> None:
+  """Writes (or replaces) the JSON value at <store>/<name>-<k>.json, atomically."""
+  path = os.path.join(store_dir(), f"{name}-{k}.json")
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = path + ".tmp"
+  tmp = f"{path}.{os.getpid()}.tmp"
   with open(tmp, "w") as f:
     json.dump({"machine": machine(), "value": value}, f)
   os.replace(tmp, path)
-  return value

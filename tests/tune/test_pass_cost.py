@@ -119,21 +119,6 @@ def test_smoothed_costs_undo_a_noisy_neighbour_and_keep_c1():
   assert auto_k.smooth_costs({1: 1.0, 2: 1.5, 3: 1.2})[1] == 1.0  # too few points: as given
 
 
-def test_k_auto_yields_the_tokens_of_the_chosen_k(tmp_path, monkeypatch, capfd):
-  monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
-  target, draft = tiny("llama", seed=0), tiny("llama", layers=1, seed=1)
-  prompts = random_prompts(2, target.cfg.vocab_size, seed=6)
-  kw = dict(temperature=1.0, seed=3)
-  out = specjax.generate(target, prompts, 16, draft=draft, k="auto", **kw)
-  k = out.k_choice["k"]
-  assert 1 <= k <= auto_k.K_MAX and out.stats.k == k
-  assert "k=auto chose k=" in capfd.readouterr().err
-  assert out.tokens == specjax.generate(target, prompts, 16, draft=draft, k=k, **kw).tokens
-  sp = out.k_choice["expected_speedup"]
-  assert sp[k] == max(sp.values())
-  assert list((tmp_path / "pass_costs").glob("target-*.json"))  # the cost table is cached
-
-
 def test_greedy_verify_equals_verify_row_with_one_hot_p():
   from specjax import sampling
   from specjax.decoding.loop import greedy_verify
