@@ -145,7 +145,7 @@ def choose_k(target, drafter, prompts: list, max_new_tokens: int, sampling, run,
   alone). Two things are measured once per machine and kept in the cost store, never per
   call: the drafter's per-row acceptance at k = max(K_PROBES) (`CALIBRATION_TOKENS` on the
   first caller's prompts; keyed by target, drafter and sampling) and the loop's costs at
-  this batch bucket and prompt bucket (`loop_costs`). Returns `choose`'s fields and
+  this batch bucket and prompt class (`loop_costs`). Returns `choose`'s fields and
   "acceptance" (pooled, by position), "rounds" ({k: expected iterations}), "costs",
   "calibration_s" (seconds this call spent measuring: 0 when both were stored)."""
   start, measured = time.perf_counter(), []

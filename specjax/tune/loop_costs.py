@@ -12,8 +12,9 @@ tokens, round-robin `REPEATS` times, the fastest per setting counting. Per setti
                 the ks, which share it)
 
 kept in the cost store (`specjax.tune.store`) under the machine, the target, the drafter
-(by content), greedy or sampled, the batch bucket (powers of two) and the prompt bucket:
-measured once there, reused by every later call and process.
+(by content), greedy or sampled, the batch bucket (powers of two) and the prompt class
+(`prompt_class`: prompts up to 256 tokens share one): measured once there, on the first
+caller's prompts, reused by every later call and process.
 """
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ VERSION = 2  # of what a stored loop cost means (raise it when that changes)
 def batch_bucket(batch: int) -> int:
   """Costs are kept per power-of-two batch size (1, 2, 4, 8, ...)."""
   return 1 << (max(int(batch), 1) - 1).bit_length()
+
+
+def prompt_class(longest_prompt: int) -> int:
+  """Prompts are told apart coarsely, by powers of four of their bucket (at least 256):
+  short prompts share one calibration; long ones, whose prefill and attention weigh more,
+  get their own."""
+  bucket, c = plan_lib.prompt_bucket(longest_prompt), 256
+  while c < bucket:
+    c *= 4
+  return c
 
 
 def per_iteration(stats) -> dict:
@@ -67,10 +78,10 @@ def measure(run: Callable[[int], object], ks: Sequence[int] = K_PROBES,
 def key(target, drafter_id, greedy: bool, batch: int, longest_prompt: int,
         ks: Sequence[int] = K_PROBES) -> str:
   """The store key: machine (added by `store.key`), target, drafter, greedy, batch bucket,
-  prompt bucket, the ks timed."""
+  prompt class, the ks timed."""
   return store.key("loop", VERSION, getattr(target, "name", ""), target.cfg,
                    str(target.params["embed"].dtype), drafter_id, bool(greedy),
-                   batch_bucket(batch), plan_lib.prompt_bucket(longest_prompt), tuple(ks))
+                   batch_bucket(batch), prompt_class(longest_prompt), tuple(ks))
 
 
 def loop_costs(cost_key: str, run: Callable[[int], object],

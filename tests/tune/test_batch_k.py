@@ -185,3 +185,10 @@ def test_card_says_target_alone_and_prints_the_prediction_beside_the_measurement
                 predicted_speedup=1.2, speedup=1.15)
   text = card.format_card(fields)
   assert "k                    2 (auto: k=2 at batch 1" in text and "predicted 1.20x)" in text
+
+
+def test_prompt_classes_and_batch_buckets():
+  assert [loop_costs.batch_bucket(b) for b in (1, 2, 3, 4, 5, 32, 33)] == [1, 2, 4, 4, 8, 32, 64]
+  # prompts up to 256 tokens share a calibration; longer ones get theirs
+  assert [loop_costs.prompt_class(n) for n in (1, 60, 200, 256, 257, 1000, 1100)] == \
+      [256, 256, 256, 256, 1024, 1024, 4096]
