@@ -19,6 +19,7 @@ from specjax.decoding.drafters import (DrafterBase, Eagle3Drafter, EarlyExitDraf
                                       ModelDrafter, NgramDrafter, SpecError)
 from specjax.decoding.drafters import lookahead
 from specjax.decoding.drafters.dflash import DFlashDrafter
+from specjax.decoding.drafters.peagle import PEagleDrafter
 from specjax.loading import Model, draft_formats, load_model, registry
 from specjax.loading.draft_formats import PublishedDraft
 from specjax.models import is_feature_draft
@@ -84,6 +85,8 @@ def load_medusa(source: str, target) -> MedusaDrafter:
 PUBLISHED: dict[str, Callable[[PublishedDraft, Any], Any]] = {
     "dflash": lambda draft, target: DFlashDrafter.for_target(draft.cfg, draft.params, target,
                                                              name=draft.name),
+    "peagle": lambda draft, target: PEagleDrafter.for_target(draft.cfg, draft.params, target,
+                                                             name=draft.name),
     "eagle3": lambda draft, target: Eagle3Drafter(params=draft.params, cfg=draft.cfg,
                                                   name=draft.name),
     # EAGLE-1: specjax's feature drafter with EAGLE-1's style (draft.cfg: Eagle1Config)
@@ -127,6 +130,8 @@ register("eagle1", lambda arg, target: load_published(arg, target, "eagle1"),
          "'eagle1:<dir>' (a published EAGLE-1/HASS draft: EAGLE or speculators layout)")
 register("dflash", lambda arg, target: load_published(arg, target, "dflash"),
          "'dflash:<dir>' (a speculators DFlash draft: a block of drafts from one pass)")
+register("peagle", lambda arg, target: load_published(arg, target, "peagle"),
+         "'peagle:<dir>' (a speculators P-EAGLE draft: k parallel drafts from one pass)")
 register("lookahead", lambda arg, target: lookahead.from_spec(arg, target.cfg.vocab_size),
          "'lookahead:W,N[,G]' (window, n-gram size, pooled candidates)")
 

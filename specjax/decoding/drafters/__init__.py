@@ -14,10 +14,12 @@ from specjax.decoding.drafters.lookahead import LookaheadDrafter
 from specjax.decoding.drafters.lookup_first import LookupFirstDrafter, LookupTree
 from specjax.decoding.drafters.medusa import MedusaDrafter
 from specjax.decoding.drafters.model import ModelDrafter, draft_autoregressive
+from specjax.decoding.drafters.peagle import PEagleDrafter
 from specjax.decoding.drafters.ngram import NgramDrafter, best_match, ngram_matches
 
 __all__ = ["Capabilities", "ChainDrafter", "DraftContext", "Drafter", "DrafterBase", "NoDrafter",
            "PassDrafter", "SpecError", "TreeDrafter", "sample_chain", "Eagle3Drafter", "Eagle3State", "EarlyExitDrafter", "FeatureDrafter",
            "FeatureDraftState", "LookaheadDrafter", "LookupFirstDrafter", "LookupTree",
            "MedusaDrafter", "ModelDrafter", "draft_autoregressive", "NgramDrafter", "best_match",
-           "ngram_matches", "DFlashDrafter", "DFlashState"]
+           "ngram_matches", "DFlashDrafter", "DFlashState",
+           "PEagleDrafter"]

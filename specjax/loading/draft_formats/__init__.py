@@ -42,10 +42,11 @@ FORMATS = {
     "eagle1": "eagle1",
     "medusa1": "medusa1",
     "speculators:dflash": "dflash",
+    "speculators:peagle": "peagle",
 }
 # speculators_model_type -> format; other types are named in the error
 SPECULATORS_TYPES = {"eagle3": "speculators:eagle3", "eagle": "speculators:eagle",
-                     "dflash": "speculators:dflash"}
+                     "dflash": "speculators:dflash", "peagle": "speculators:peagle"}
 LEGACY_EAGLE3_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 
 
