@@ -7,12 +7,9 @@ target's embeddings and a frequency-built draft vocabulary, and saved with its o
 """
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 
-from specjax.loading.hf_export import hf_config
+from specjax.loading.hf_export import export_hf
 from specjax.models import draft_vocab
 from tiny_models import tiny
 
@@ -29,11 +26,9 @@ def vocab(vd=VD, seed=0):
 
 
 def write_verifier(out_dir: str, target=TARGET) -> str:
-  """A directory holding the target's config.json (speculators resolves layer ids from it)."""
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "config.json"), "w") as f:
-    json.dump(dict(hf_config(target.cfg), model_type="llama", num_hidden_layers=target.cfg.n_layers), f)
-  return out_dir
+  """The target as a Hugging Face directory: speculators reads the verifier's config (layer
+  ids) and weights (embeddings, head) from it."""
+  return export_hf(target.cfg, target.params, out_dir)
 
 
 def layer_config(layer_type="llama", layers=1, vocab_size=V, hidden=D):
@@ -80,6 +75,10 @@ def torch_logits(m, aux: np.ndarray, tokens: np.ndarray, steps: int = 3) -> list
   tokens [1, T]: the draft-vocabulary logits of each step, [1, T, Vd] each (its forward
   returns only argmax tokens, so lm_head's outputs are recorded)."""
   import torch
+  from speculators.models.attention import create_float_mask
+  if m._attn_impl != "eager":  # from_pretrained builds flex attention; CPU runs eager
+    m.config.transformer_layer_config._attn_implementation = "eager"
+    m._attn_impl, m._create_mask_fn = "eager", create_float_mask
   seen = []
   hook = m.lm_head.register_forward_hook(lambda mod, i, o: seen.append(o.detach().numpy()))
   with torch.no_grad():

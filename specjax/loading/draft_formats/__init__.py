@@ -155,3 +155,21 @@ def load(path: str, target, name: Optional[str] = None, fmt: Optional[str] = Non
     raise LoadError(f"{name}: a {fmt} draft, whose loader ({module}) is not part of this "
                     "specjax yet.") from None
   return loader.load(path, target, name, fmt, **({} if dtype is None else {"dtype": dtype}))
+
+
+# Formats a draft can be written in (`save`): name -> writer module (its `save(draft, out_dir,
+# verifier)`), by the draft kinds each writes.
+WRITERS = {"speculators": ("speculators_format", ("eagle3",)),
+           "eagle3": ("eagle3_legacy", ("eagle3",))}
+
+
+def save(draft: PublishedDraft, fmt: str, out_dir: str, verifier: Optional[str] = None) -> str:
+  """Writes `draft` in format `fmt` (a WRITERS key) to out_dir; verifier: the target's name
+  (a hub id or path) for formats that record it. Returns out_dir."""
+  if fmt not in WRITERS:
+    raise ValueError(f"Unknown draft format {fmt!r} to write; known: {', '.join(WRITERS)}.")
+  module, kinds = WRITERS[fmt]
+  if draft.kind not in kinds:
+    raise ValueError(f"A {draft.kind} draft cannot be written as {fmt!r} (it holds "
+                     f"{', '.join(kinds)} drafts).")
+  return importlib.import_module(f"{PACKAGE}.{module}").save(draft, out_dir, verifier=verifier)
