@@ -17,10 +17,11 @@ transformer_layer_config (the layer's Llama config), fusion_bias and layernorms;
 fusion_fc.* (= fc), transformer.* (= layers.0), and with layernorms embedding_layernorm
 (the embedding half, before fc), transformer.input_layernorm and pre_lm_head_layernorm.
 
-In specjax terms (see docs/published_drafts.md): fc's inputs are not scaled to unit RMS
-(`FeatureStyle(unit_rms=False)`), the target's final norm is copied in as "feature_norm",
-layers without an input norm lack "attn_norm", and a draft without a pre-head norm lacks
-"final_norm". Everything else (positions, cache, trees) is the feature drafter's own.
+In specjax terms (docs/extending.md, "EAGLE-1 and Medusa-1"): fc's inputs are not scaled
+to unit RMS (`FeatureStyle(unit_rms=False)`), the target's final norm is copied in as
+"feature_norm", layers without an input norm lack "attn_norm", and a draft without a
+pre-head norm lacks "final_norm". Everything else (positions, cache, trees) is the feature
+drafter's own.
 
     detect(path) -> bool
     load(path, target, name, fmt) -> PublishedDraft(kind="eagle1", cfg=Eagle1Config, params)
@@ -128,14 +129,14 @@ def _expected(cfg: ModelConfig, shapes: dict, opts: dict) -> dict:
     want.update({"embed_norm.weight": (d,), "norm.weight": (d,)})
   for i in range(cfg.n_layers):
     pre = f"layers.{i}."
-    want.update({pre + "self_attn.q_proj.weight": (h * e, d), pre + "self_attn.k_proj.weight": (kv * e, d),
-                 pre + "self_attn.v_proj.weight": (kv * e, d), pre + "self_attn.o_proj.weight": (d, h * e),
-                 pre + "mlp.gate_proj.weight": (f, d), pre + "mlp.up_proj.weight": (f, d),
+    attn = {"q": (h * e, d), "k": (kv * e, d), "v": (kv * e, d), "o": (d, h * e)}
+    want.update({pre + f"self_attn.{x}_proj.weight": s for x, s in attn.items()})
+    want.update({pre + "mlp.gate_proj.weight": (f, d), pre + "mlp.up_proj.weight": (f, d),
                  pre + "mlp.down_proj.weight": (d, f), pre + "post_attention_layernorm.weight": (d,)})
     if i > 0 or opts["layernorms"]:
       want[pre + "input_layernorm.weight"] = (d,)
     if cfg.qkv_bias:
-      want.update({pre + f"self_attn.{x}_proj.bias": (n * e,) for x, n in (("q", h), ("k", kv), ("v", kv))})
+      want.update({pre + f"self_attn.{x}_proj.bias": (attn[x][0],) for x in "qkv"})
   if "embed_tokens.weight" in shapes:
     want["embed_tokens.weight"] = (cfg.vocab_size, d)
   return want
@@ -171,8 +172,11 @@ def check(cfg: ModelConfig, shapes: dict, opts: dict, target_cfg: ModelConfig, n
                     "the checkpoint is inconsistent.")
 
 
-def _params(t: dict, cfg: ModelConfig, target, dtype) -> tuple[dict, ModelConfig]:
-  """The feature draft's params (jax arrays) and its config with the head tied as needed."""
+def _params(t: dict, cfg: ModelConfig, opts: dict, target, dtype) -> tuple[dict, ModelConfig]:
+  """The feature draft's params (jax arrays) and its config with the head tied as needed.
+  Tensors the reference model has no place for (a first-layer input norm or extra norms
+  without layernorms, fc.bias under "bias": false) are left out, as its
+  load_state_dict(strict=False) leaves them."""
   f32 = lambda k: np.asarray(t[k], np.float32)
   lin = lambda k: {"kernel": f32(k + ".weight").T, **({"bias": f32(k + ".bias")}
                                                       if k + ".bias" in t else {})}
@@ -182,14 +186,15 @@ def _params(t: dict, cfg: ModelConfig, target, dtype) -> tuple[dict, ModelConfig
     layer = {"attn": {x: lin(pre + f"self_attn.{x}_proj") for x in "qkvo"},
              "mlp_norm": {"scale": f32(pre + "post_attention_layernorm.weight")},
              "mlp": {x: lin(pre + f"mlp.{x}_proj") for x in ("gate", "up", "down")}}
-    if pre + "input_layernorm.weight" in t:
+    if pre + "input_layernorm.weight" in t and (i > 0 or opts["layernorms"]):
       layer["attn_norm"] = {"scale": f32(pre + "input_layernorm.weight")}
     layers.append(layer)
   params = {"layers": layers, "fc": lin("fc"),
             "feature_norm": {"scale": np.asarray(target.params["final_norm"]["scale"])}}
-  if "embed_norm.weight" in t:
+  if opts["bias"] is False:
+    params["fc"].pop("bias", None)
+  if opts["layernorms"]:
     params["embed_norm"] = {"scale": f32("embed_norm.weight")}
-  if "norm.weight" in t:
     params["final_norm"] = {"scale": f32("norm.weight")}
   params = inference_layout(_cast(params, dtype), cfg)  # the fast decode-step layout
   # Embeddings: the draft's own where it ships different ones (EAGLE loads them over the
@@ -244,10 +249,11 @@ def load(path: str, target, name: Optional[str] = None, fmt: str = "eagle1",
     raise LoadError(f"{name}: config.json lacks {e.args[0]!r}; an EAGLE-1 draft's config is the "
                     "Llama config of its layers.") from None
   shapes = {_canonical(k, speculators): tuple(s) for k, s in file_shapes(wfile, name).items()}
-  cfg = dataclasses.replace(cfg, qkv_bias=cfg.qkv_bias or "layers.0.self_attn.q_proj.bias" in shapes)
+  cfg = dataclasses.replace(  # cnets1 takes q/k/v biases from the config's qkv_bias
+      cfg, qkv_bias=cfg.qkv_bias or "layers.0.self_attn.q_proj.bias" in shapes)
   check(cfg, shapes, opts, target.cfg, name)
   tensors = {_canonical(k, speculators): v for k, v in read_weights(wfile, name).items()}
-  params, cfg = _params(tensors, cfg, target, dtype)
+  params, cfg = _params(tensors, cfg, opts, target, dtype)
   verifier = None
   if speculators:
     verifier = ((hf.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")

@@ -130,6 +130,7 @@ def load(path: str, target, name: Optional[str] = None, fmt: str = "medusa1",
   proj = np.stack([f32(f"{i}.{n_layers}.weight").T for i in range(n_heads)])  # [K, D, V]
   cfg = MedusaConfig(n_heads=n_heads, d_model=target.cfg.d_model,
                      vocab_size=target.cfg.vocab_size, n_layers=n_layers)
-  params = {"w": jnp.asarray(w, dtype), "b": jnp.asarray(b, dtype), "proj": jnp.asarray(proj, dtype)}
+  params = {"w": jnp.asarray(w, dtype), "b": jnp.asarray(b, dtype),
+            "proj": jnp.asarray(proj, dtype)}
   return PublishedDraft(name=name, kind="medusa1", fmt=fmt, cfg=cfg, params=params,
                         verifier=hf.get("base_model_name_or_path"))

@@ -156,7 +156,8 @@ def write_speculators(path, model, layernorms, fusion_bias):
 
 CASES = {  # name: (writer, draft kwargs)
     "safeailab-bin-2layers": (lambda p, m: write_safeailab(p, m, "bin"), dict(n_layers=2)),
-    "safeailab-st-nobias": (lambda p, m: write_safeailab(p, m, "st", embed=False), dict(bias=False)),
+    "safeailab-st-nobias": (lambda p, m: write_safeailab(p, m, "st", embed=False),
+                            dict(bias=False)),
     "speculators-layernorms": (lambda p, m: write_speculators(p, m, True, False),
                                dict(bias=False, layernorms=True)),
     "speculators-hass": (lambda p, m: write_speculators(p, m, False, True), dict(bias=True)),
@@ -231,7 +232,8 @@ def _no_reading(monkeypatch):
     ("gpt2", "this target is GPT-2"),
 ])
 def test_another_targets_draft_fails_in_one_line(tmp_path, monkeypatch, case, match):
-  other = {"hidden": _narrow(16), "vocab": tiny("llama", vocab=13, layers=1, seed=3)}.get(case, TARGET)
+  other = {"hidden": _narrow(16),
+           "vocab": tiny("llama", vocab=13, layers=1, seed=3)}.get(case, TARGET)
   # "heads": weights with 4 key/value heads under a config (the target's) that says 2
   ref = TorchEagle1(other, **({"num_key_value_heads": 4} if case == "heads" else {}))
   path = write_safeailab(tmp_path / case, ref, like=other,
