@@ -5,7 +5,7 @@ once predicted 1.16x from them and measured 0.91-0.99x): the loop also drafts, w
 verifies, writes caches and counts, and the rows of a batch change what a pass costs. So
 the costs here are timed from real runs of the loop itself: the target alone and each k
 of `K_PROBES`, on the caller's prompts at the caller's batch size, for `COST_TOKENS` new
-tokens, round-robin `REPEATS` times, the fastest per setting counting. Per setting:
+tokens, each k between two runs of the target alone (`measure`). Per setting:
 
     round_s   = (wall - prefill) / iterations   (iterations = the most rounds of a row)
     prefill_s = the prefill (the prompt's pass and the drafter's init; the fastest over
@@ -28,8 +28,8 @@ from specjax.tune import store
 
 K_PROBES = (1, 2, 3, 4)  # the ks timed (and the ks k="auto" chooses among)
 COST_TOKENS = 24  # new tokens of each timed run: enough rounds to time (>= 5 at k = 4)
-REPEATS = 2
-VERSION = 2  # of what a stored loop cost means (raise it when that changes)
+REPEATS = 1  # each k is already timed between two runs of the target alone
+VERSION = 3  # of what a stored loop cost means (raise it when that changes)
 
 
 def batch_bucket(batch: int) -> int:
@@ -57,21 +57,32 @@ def per_iteration(stats) -> dict:
 
 def measure(run: Callable[[int], object], ks: Sequence[int] = K_PROBES,
             repeats: int = REPEATS) -> dict:
-  """{str(k): per_iteration} for k = 0 (the target alone) and each of `ks`: `run(k)` -> the
-  run's SpecStats (its first call at a k compiles; compile time is not in wall_time_s).
-  Settings go round-robin so a drift of the shared machine hits them alike."""
-  out: dict = {}
+  """{str(k): {"round_s", "prefill_s", ...}} for k = 0 (the target alone) and each of `ks`.
+
+  run(k) -> the run's SpecStats (its first call at a k compiles; compile time is not in
+  wall_time_s). The shared machine's load comes and goes over seconds, so each k is timed
+  between two runs of the target alone (0, 1, 0, 2, 0, ...) and kept as its ratio to the
+  faster of them (a load spike in one neighbour must not make k look cheap: the
+  overestimate of a speedup is the costly error); r_k = median ratio * median r_0. A
+  speculative iteration holds a target pass, so r_k is at least r_0. Prefill: the fastest
+  seen (a drafter's does not depend on k)."""
+  alone, ratios, prefill = [], {k: [] for k in ks}, []
   for _ in range(max(1, repeats)):
-    for k in (0, *ks):
-      r = per_iteration(run(k))
-      best = out.get(str(k))
-      if best is None or r["round_s"] < best["round_s"]:
-        out[str(k)] = {**r, "prefill_s": min(r["prefill_s"], (best or r)["prefill_s"])}
-  # A drafter's prefill (the prompt's pass and its init) does not depend on k: the fastest
-  # of all k's runs is the least noisy figure for every k
-  spec = min((out[str(k)]["prefill_s"] for k in ks), default=None)
+    before = per_iteration(run(0))
+    alone.append(before)
+    for k in ks:
+      spec = per_iteration(run(k))
+      after = per_iteration(run(0))
+      alone.append(after)
+      ratios[k].append(spec["round_s"] / max(min(before["round_s"], after["round_s"]), 1e-12))
+      prefill.append(spec["prefill_s"])
+      before = after
+  r0 = float(np.median([a["round_s"] for a in alone]))
+  out = {"0": {"round_s": r0, "prefill_s": min(a["prefill_s"] for a in alone),
+               "iterations": alone[0]["iterations"]}}
   for k in ks:
-    out[str(k)]["prefill_s"] = spec
+    ratio = max(float(np.median(ratios[k])), 1.0)
+    out[str(k)] = {"round_s": ratio * r0, "prefill_s": min(prefill), "ratio": ratio}
   return out
 
 

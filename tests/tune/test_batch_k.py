@@ -117,16 +117,18 @@ def test_store_keyed_by_machine_model_and_batch_bucket(tmp_path, monkeypatch):
                                                     sampling, run, log=False)
   first = choose(3)
   ks = loop_costs.K_PROBES
-  # measured once: the acceptance run at max(ks), then REPEATS round-robins of alone + ks
+  # measured once: the acceptance run at max(ks), then each k between two target-alone runs
+  probes = [0] + [x for k in ks for x in (k, 0)]
   assert calls[0] == (3, auto_k.CALIBRATION_TOKENS, max(ks))
-  assert [c[2] for c in calls[1:]] == [0, *ks] * loop_costs.REPEATS
+  assert [c[2] for c in calls[1:]] == probes * loop_costs.REPEATS
   assert first["calibration_s"] > 0 and first["costs"]["0"]["round_s"] == pytest.approx(1e-3)
+  assert first["costs"]["2"]["round_s"] == pytest.approx(1.5e-3)
   n = len(calls)
   again = choose(4)  # batch 4: the same bucket as 3 -> nothing measured
   assert len(calls) == n and again["calibration_s"] == 0.0
   assert again["costs"] == first["costs"] and again["k"] == first["k"] > 0
   choose(5)  # bucket 8: the loop's costs are measured there (acceptance is kept)
-  assert [c[2] for c in calls[n:]] == [0, *ks] * loop_costs.REPEATS
+  assert [c[2] for c in calls[n:]] == probes * loop_costs.REPEATS
   n = len(calls)
   other = types.SimpleNamespace(**{**vars(target), "name": "other-model"})
   choose(3, other)  # another model: measured again, acceptance included
@@ -185,6 +187,23 @@ def test_card_says_target_alone_and_prints_the_prediction_beside_the_measurement
                 predicted_speedup=1.2, speedup=1.15)
   text = card.format_card(fields)
   assert "k                    2 (auto: k=2 at batch 1" in text and "predicted 1.20x)" in text
+
+
+def test_costs_are_ratios_to_neighbouring_target_alone_runs():
+  """A load spike during the first target-alone run (3x slower) must not make k = 1 look
+  cheaper than the target alone: each k is timed against its neighbours, and r_k >= r_0."""
+  seen = []
+
+  def run(k):
+    seen.append(k)
+    slow = 3.0 if len(seen) == 1 else 1.0
+    r = {0: 1.0, 1: 1.4, 2: 1.8}[k] * slow
+    return types.SimpleNamespace(rounds=np.array([10]), prefill_time_s=0.5, wall_time_s=0.5 + 10 * r)
+  t = loop_costs.measure(run, (1, 2), repeats=1)
+  assert seen == [0, 1, 0, 2, 0]
+  assert t["0"]["round_s"] == pytest.approx(1.0)  # the median of 3, 1, 1
+  assert t["2"]["round_s"] == pytest.approx(1.8)  # between two unloaded runs
+  assert t["1"]["round_s"] == pytest.approx(1.4)  # its spiked neighbour is not the reference
 
 
 def test_prompt_classes_and_batch_buckets():
