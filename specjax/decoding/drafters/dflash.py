@@ -68,9 +68,9 @@ class DFlashDrafter(DrafterBase):
     return cls(params=params, cfg=cfg, name=name)
 
   def validate(self, target_cfg, k: int, tree, limit: int, used: int) -> None:
-    del tree
     dflash_lib.check_target(self.cfg, target_cfg, self.name)
     n = self.cfg.n_drafts
+    k = k if tree is None else max(k, getattr(tree, "reach", k))  # a lookup chain reaches deeper
     if k > n:
       raise ValueError(f"The DFlash draft {self.name!r} predicts {n} tokens per pass (block_size "
                        f"{self.cfg.block_size}); got k={k}. Use k <= {n}.")

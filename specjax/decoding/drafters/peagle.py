@@ -48,8 +48,9 @@ class PEagleDrafter(DrafterBase):
     return cls(params=params, cfg=cfg, name=name)
 
   def validate(self, target_cfg, k: int, tree, limit: int, used: int) -> None:
-    del tree, limit, used
+    del limit, used
     peagle_lib.check_target(self.cfg, target_cfg, self.name)
+    k = k if tree is None else max(k, getattr(tree, "reach", k))  # a lookup chain reaches deeper
     if k > self.cfg.n_depths:
       raise ValueError(f"The P-EAGLE draft {self.name!r} was trained for {self.cfg.n_depths} "
                        f"parallel drafts; got k={k}. Use k <= {self.cfg.n_depths}.")

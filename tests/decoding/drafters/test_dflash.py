@@ -201,3 +201,18 @@ def test_errors_before_any_work():
   other = tiny("llama", vocab=13, layers=2, seed=0)
   with pytest.raises(ValueError, match="vocabulary of 11 ids but the target has 13"):
     DFlashDrafter.for_target(draft.cfg, draft.params, other)
+
+
+def test_prompt_lookup_in_front():
+  """'<dflash>+ngram:3': lookup where the text repeats, the block elsewhere (its state
+  follows the verified tokens); a lookup chain deeper than the block is one line."""
+  from specjax.decoding.drafters import LookupFirstDrafter
+  prompts = [p * 3 for p in PROMPTS]
+  base = specjax.generate(SMALL, prompts, 20)
+  draft = dflash_for(SMALL)
+  out = specjax.generate(SMALL, prompts, 20, draft=LookupFirstDrafter(base=draft, n=3), k=3,
+                         tree="static:2,1,1")
+  assert out.tokens == base.tokens
+  with pytest.raises(ValueError, match="predicts 3 tokens per pass.*got k=5"):
+    specjax.generate(SMALL, prompts, 20, draft=LookupFirstDrafter(base=draft, n=3, chain=5), k=3,
+                     tree="static:2,1,1")
