@@ -21,7 +21,7 @@ P(emit x) = min(q_i(x), p_i(x)) + (1 - sum_y min(q_i(y), p_i(y))) norm(max(0, p_
 = p_i(x). What matters is that q_i is the distribution d_i was sampled from: ids outside
 a draft vocabulary have q = 0 (never drawn, never "accepted"), and a q conditioned on
 anything else (an earlier draft that may be rejected, the unmapped logits) breaks it
-(tests/decoding/drafters/test_dflash.py checks the law against exact enumeration, with
+(tests/decoding/drafters/test_dflash_drafter.py checks the law against exact enumeration, with
 such a control). Trees: the children of a depth-d node are the top tokens of q_{d+1}
 (one-hot q, the rejected mass removed) or i.i.d. draws from q_{d+1}, which does not
 depend on the parent; either way the tree rule (`decoding/tree/verify.py`) stays exact.

@@ -10,7 +10,7 @@ last round (depth 0, the last final one at n - 2 predicting d_1) and k - 1 mask 
 (depths 1 .. k - 1 predicting d_2 .. d_k); then lengths go back to n - 1. Every q_i is a
 function of the context alone, so chains and trees over these parallel drafts verify
 exactly (the argument is in `decoding/drafters/dflash.py`; tests/decoding/drafters/
-test_peagle.py checks the law against enumeration).
+test_peagle_drafter.py checks the law against enumeration).
 """
 from __future__ import annotations
 
