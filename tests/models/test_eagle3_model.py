@@ -55,15 +55,15 @@ def test_cached_steps_match_unrolled():
   aux, toks = _inputs(2)
   hs = eagle3.unrolled(p, cfg, jnp.asarray(aux), jnp.asarray(toks), 3)
   g = eagle3.fuse(p, cfg, jnp.asarray(aux))
-  cache = KVCache.init(cfg.layer, 1, 32)
-  _, full = eagle3.forward(p, cfg, g, jnp.asarray(toks), cache)
+  # All T positions from the target's states at once; then from each i, rolled back by
+  # lengths, two steps feeding back h (the cache past i is never attended).
+  full_h, full = jax.jit(lambda g, x: eagle3.forward(p, cfg, g, x, KVCache.init(cfg.layer, 1, 32)))(
+      g, jnp.asarray(toks))
+  np.testing.assert_allclose(full_h, hs[0], atol=1e-5)
+  assert full.lengths.tolist() == [T]
   step = jax.jit(lambda h, x, c: eagle3.forward(p, cfg, eagle3.feedback(p, cfg, h), x, c))
   for i in (0, 3, T - 3):
-    ref, c = eagle3.forward(p, cfg, g[:, :i + 1], jnp.asarray(toks[:, :i + 1]),
-                            cache.with_lengths(jnp.zeros(1, jnp.int32)))
-    np.testing.assert_allclose(ref[:, i], hs[0][:, i], atol=1e-5)
-    h = ref[:, i:i + 1]
+    h, c = full_h[:, i:i + 1], full.with_lengths(jnp.asarray([i + 1]))
     for s in (1, 2):
       h, c = step(h, jnp.asarray(toks[:, i + s:i + s + 1]), c)
       np.testing.assert_allclose(h[:, 0], hs[s][:, i], atol=1e-5)
-  assert full.lengths.tolist() == [T]
