@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 PRIOR = 2.0  # pseudo-counts of the pooled rate added to each row's per-position counts
+POSITION_PRIOR = 10.0  # ... of the all-position rate added to each position's pooled counts
 MAX_ROWS = 256  # calibration rows kept (the newest)
 MAX_DRAWS = 4_000_000  # uniforms drawn per simulation (S is cut to fit)
 
@@ -34,13 +35,17 @@ def merged(counts: dict, new: dict, max_rows: int = MAX_ROWS) -> dict:
   return {name: (list(counts[name]) + pad(new[name]))[-max_rows:] for name in ("checked", "accepted")}
 
 
-def row_rates(counts: dict, prior: float = PRIOR) -> np.ndarray:
-  """[R, k] per-row P(position i accepted | reached): (accepted + prior * pooled) /
-  (checked + prior); a position never reached by any row has rate 0 (nothing measured)."""
+def row_rates(counts: dict, prior: float = PRIOR, position_prior: float = POSITION_PRIOR) -> np.ndarray:
+  """[R, k] per-row P(position i accepted | reached), shrunk twice: each position's pooled
+  rate toward the rate over all positions (`position_prior` pseudo-counts: a calibration of
+  32 tokens reaches deep positions a handful of times, and a draft's acceptance is nearly
+  flat in the position), then each row's toward its position's ((accepted + prior *
+  pooled) / (checked + prior)). Nothing measured at all: 0."""
   checked = np.asarray(counts["checked"], float)  # [R, k]
   accepted = np.asarray(counts["accepted"], float)
-  tot_c, tot_a = checked.sum(0), accepted.sum(0)
-  pooled = np.where(tot_c > 0, tot_a / np.maximum(tot_c, 1), 0.0)  # [k]
+  tot_c, tot_a = checked.sum(0), accepted.sum(0)  # [k]
+  alpha = tot_a.sum() / tot_c.sum() if tot_c.sum() else 0.0
+  pooled = (tot_a + position_prior * alpha) / (tot_c + position_prior)  # [k]
   return (accepted + prior * pooled) / (checked + prior)
 
 

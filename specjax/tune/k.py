@@ -163,7 +163,7 @@ def choose_k(target, drafter, prompts: list, max_new_tokens: int, sampling, run,
   longest = max(len(p) for p in prompts)
   table, cost_s = loop_costs.loop_costs(
       loop_costs.key(target, ident, sampling.temperature == 0, len(prompts), longest, ks),
-      lambda k: run(prompts, loop_costs.COST_TOKENS, k), ks)
+      lambda k, n: run(prompts, n, k), ks)
   rates = accept_lib.row_rates(counts)
   rounds = {k: accept_lib.expected_rounds(rates, k, len(prompts), max_new_tokens) for k in ks}
   choice = choose(table, rounds, max_new_tokens, len(prompts))

@@ -29,7 +29,7 @@ from specjax.tune import store
 K_PROBES = (1, 2, 3, 4)  # the ks timed (and the ks k="auto" chooses among)
 COST_TOKENS = 24  # new tokens of each timed run: enough rounds to time (>= 5 at k = 4)
 REPEATS = 1  # each k is already timed between two runs of the target alone
-VERSION = 3  # of what a stored loop cost means (raise it when that changes)
+VERSION = 4  # of what a stored loop cost means (raise it when that changes)
 
 
 def batch_bucket(batch: int) -> int:
@@ -55,35 +55,54 @@ def per_iteration(stats) -> dict:
           "iterations": iterations}
 
 
-def measure(run: Callable[[int], object], ks: Sequence[int] = K_PROBES,
-            repeats: int = REPEATS) -> dict:
+def measure(run: Callable[[int, int], object], ks: Sequence[int] = K_PROBES,
+            repeats: int = REPEATS, tokens: int = COST_TOKENS) -> dict:
   """{str(k): {"round_s", "prefill_s", ...}} for k = 0 (the target alone) and each of `ks`.
 
-  run(k) -> the run's SpecStats (its first call at a k compiles; compile time is not in
-  wall_time_s). The shared machine's load comes and goes over seconds, so each k is timed
-  between two runs of the target alone (0, 1, 0, 2, 0, ...) and kept as its ratio to the
-  faster of them (a load spike in one neighbour must not make k look cheap: the
-  overestimate of a speedup is the costly error); r_k = median ratio * median r_0. A
-  speculative iteration holds a target pass, so r_k is at least r_0. Prefill: the fastest
-  seen (a drafter's does not depend on k)."""
+  run(k, new_tokens) -> the run's SpecStats. Every program is first run for 2 tokens (it
+  compiles, and its first execution pays one-off costs that once made a k=1 round look 1.7x
+  a step when it cost 1.2x); then the timed runs of `tokens`. The shared machine's load
+  comes and goes over seconds, so each k is timed between two runs of the target alone
+  (0, 1, 0, 2, 0, ...) and kept as its ratio to the faster of them (a load spike in one
+  neighbour must not make k look cheap: an overestimated speedup is the costly error).
+  The ratios are then smoothed by a line in k with a slope >= 0 (a deeper round never
+  costs less; single timings scatter by 10-30% here) and floored at 1 (a speculative
+  iteration holds a target pass): r_k = line(k) * median r_0. Prefill: the fastest seen
+  (a drafter's does not depend on k)."""
+  for k in (0, *ks):
+    run(k, 2)
   alone, ratios, prefill = [], {k: [] for k in ks}, []
   for _ in range(max(1, repeats)):
-    before = per_iteration(run(0))
+    before = per_iteration(run(0, tokens))
     alone.append(before)
     for k in ks:
-      spec = per_iteration(run(k))
-      after = per_iteration(run(0))
+      spec = per_iteration(run(k, tokens))
+      after = per_iteration(run(0, tokens))
       alone.append(after)
       ratios[k].append(spec["round_s"] / max(min(before["round_s"], after["round_s"]), 1e-12))
       prefill.append(spec["prefill_s"])
       before = after
   r0 = float(np.median([a["round_s"] for a in alone]))
+  raw = {k: float(np.median(ratios[k])) for k in ks}
+  line = smooth_ratios(raw)
   out = {"0": {"round_s": r0, "prefill_s": min(a["prefill_s"] for a in alone),
                "iterations": alone[0]["iterations"]}}
   for k in ks:
-    ratio = max(float(np.median(ratios[k])), 1.0)
-    out[str(k)] = {"round_s": ratio * r0, "prefill_s": min(prefill), "ratio": ratio}
+    out[str(k)] = {"round_s": line[k] * r0, "prefill_s": min(prefill), "ratio": line[k],
+                   "measured_ratio": raw[k]}
   return out
+
+
+def smooth_ratios(raw: dict) -> dict:
+  """{k: ratio} -> the least-squares line in k through them (slope at least 0; with one
+  or two ks, as measured), floored at 1."""
+  ks = sorted(raw)
+  if len(ks) >= 3:
+    slope, icept = np.polyfit(ks, [raw[k] for k in ks], 1)
+    if slope < 0:
+      slope, icept = 0.0, float(np.mean([raw[k] for k in ks]))
+    raw = {k: icept + slope * k for k in ks}
+  return {k: max(float(raw[k]), 1.0) for k in ks}
 
 
 def key(target, drafter_id, greedy: bool, batch: int, longest_prompt: int,
@@ -95,7 +114,7 @@ def key(target, drafter_id, greedy: bool, batch: int, longest_prompt: int,
                    batch_bucket(batch), prompt_class(longest_prompt), tuple(ks))
 
 
-def loop_costs(cost_key: str, run: Callable[[int], object],
+def loop_costs(cost_key: str, run: Callable[[int, int], object],
                ks: Sequence[int] = K_PROBES) -> tuple[dict, float]:
   """(the costs for `cost_key`, seconds spent measuring them now: 0 when stored)."""
   start, measured = time.perf_counter(), []

@@ -86,8 +86,11 @@ def test_merged_counts_pad_a_smaller_k_and_keep_the_newest():
   m = acceptance.merged(old, new)
   assert m == {"checked": [[4, 2, 1], [3, 0, 0]], "accepted": [[2, 1, 0], [1, 0, 0]]}
   assert acceptance.merged(old, new, max_rows=1)["checked"] == [[3, 0, 0]]
-  rates = acceptance.row_rates(m, prior=2.0)  # an unreached position: the pooled rate
-  assert rates[1, 2] == pytest.approx(0.0) and rates[1, 1] == pytest.approx(1 / 2)
+  # all positions: 4 of 10 accepted; position 2 pooled: (1 + 10 * 0.4) / (2 + 10), position
+  # 3: (0 + 4) / (1 + 10); an unreached position of a row takes its position's rate
+  rates = acceptance.row_rates(m, prior=2.0, position_prior=10.0)
+  assert rates[1, 1] == pytest.approx(5 / 12) and rates[1, 2] == pytest.approx(4 / 11)
+  assert rates[0, 0] == pytest.approx((2 + 2 * 7 / 17) / (4 + 2))
 
 
 def _stub_world(batch_rounds):
@@ -117,10 +120,14 @@ def test_store_keyed_by_machine_model_and_batch_bucket(tmp_path, monkeypatch):
                                                     sampling, run, log=False)
   first = choose(3)
   ks = loop_costs.K_PROBES
-  # measured once: the acceptance run at max(ks), then each k between two target-alone runs
-  probes = [0] + [x for k in ks for x in (k, 0)]
+  # measured once: the acceptance run at max(ks), each program warmed for 2 tokens, then
+  # each k timed between two target-alone runs
+  probes = [(0, 2)] + [(k, 2) for k in ks] + (
+      [(0, loop_costs.COST_TOKENS)] + [x for k in ks for x in ((k, loop_costs.COST_TOKENS),
+                                                                (0, loop_costs.COST_TOKENS))]
+  ) * loop_costs.REPEATS
   assert calls[0] == (3, auto_k.CALIBRATION_TOKENS, max(ks))
-  assert [c[2] for c in calls[1:]] == probes * loop_costs.REPEATS
+  assert [c[2:0:-1] for c in calls[1:]] == probes
   assert first["calibration_s"] > 0 and first["costs"]["0"]["round_s"] == pytest.approx(1e-3)
   assert first["costs"]["2"]["round_s"] == pytest.approx(1.5e-3)
   n = len(calls)
@@ -128,7 +135,7 @@ def test_store_keyed_by_machine_model_and_batch_bucket(tmp_path, monkeypatch):
   assert len(calls) == n and again["calibration_s"] == 0.0
   assert again["costs"] == first["costs"] and again["k"] == first["k"] > 0
   choose(5)  # bucket 8: the loop's costs are measured there (acceptance is kept)
-  assert [c[2] for c in calls[n:]] == probes * loop_costs.REPEATS
+  assert [c[2:0:-1] for c in calls[n:]] == probes
   n = len(calls)
   other = types.SimpleNamespace(**{**vars(target), "name": "other-model"})
   choose(3, other)  # another model: measured again, acceptance included
@@ -194,16 +201,24 @@ def test_costs_are_ratios_to_neighbouring_target_alone_runs():
   cheaper than the target alone: each k is timed against its neighbours, and r_k >= r_0."""
   seen = []
 
-  def run(k):
+  def run(k, n):
     seen.append(k)
-    slow = 3.0 if len(seen) == 1 else 1.0
+    slow = 3.0 if len(seen) == 4 else 1.0  # the first timed run (after 3 warm-ups)
     r = {0: 1.0, 1: 1.4, 2: 1.8}[k] * slow
     return types.SimpleNamespace(rounds=np.array([10]), prefill_time_s=0.5, wall_time_s=0.5 + 10 * r)
   t = loop_costs.measure(run, (1, 2), repeats=1)
-  assert seen == [0, 1, 0, 2, 0]
+  assert seen == [0, 1, 2, 0, 1, 0, 2, 0]
   assert t["0"]["round_s"] == pytest.approx(1.0)  # the median of 3, 1, 1
   assert t["2"]["round_s"] == pytest.approx(1.8)  # between two unloaded runs
   assert t["1"]["round_s"] == pytest.approx(1.4)  # its spiked neighbour is not the reference
+
+
+def test_round_ratios_smoothed_by_a_line_that_never_falls():
+  line = loop_costs.smooth_ratios({1: 1.67, 2: 2.08, 3: 1.64, 4: 2.59})  # a noisy k = 3
+  assert [round(line[k], 3) for k in (1, 2, 3, 4)] == [1.647, 1.879, 2.111, 2.343]  # 1.415 + 0.232 k
+  flat = loop_costs.smooth_ratios({1: 1.5, 2: 1.2, 3: 1.1})  # falling: the mean, flat
+  assert list(flat.values()) == pytest.approx([3.8 / 3] * 3)
+  assert loop_costs.smooth_ratios({1: 0.9, 2: 1.3}) == {1: 1.0, 2: 1.3}  # floored at 1
 
 
 def test_prompt_classes_and_batch_buckets():
