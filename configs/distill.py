@@ -6,6 +6,7 @@
     python scripts/distill.py --config=configs/distill.py:selfgen --workdir=/tmp/selfgen_draft
     python scripts/distill_medusa.py --config=configs/distill.py:medusa --workdir=/tmp/medusa_smollm2
     python scripts/distill_medusa.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/medusa_tiny
+    python scripts/distill.py --config=configs/distill.py:eagle3_tiny --workdir=/tmp/eagle3_tiny
     python scripts/export_hf.py --config=configs/distill.py --workdir=/tmp/distill_smollm2 \
         --asset=specjax/assets/smollm2-135m-draft-templated
 
@@ -17,6 +18,8 @@ Variants (each function below says what it trains and why):
   selfgen      the feature draft continued on self-generated data (`smollm2-135m-draft`)
   medusa       Medusa-1 heads for SmolLM2-135M (`smollm2-135m-medusa`)
   medusa_tiny  Medusa heads on the toy target, seconds
+  eagle3       an EAGLE-3 draft for SmolLM2-135M (speculators-exportable; not yet run)
+  eagle3_tiny  an EAGLE-3 draft on the toy target, seconds
 Configs of single past runs live in their experiment folder (experiments/*/config.py)
 and import this module. Rerunning a command on the same workdir resumes it.
 """
@@ -179,8 +182,38 @@ def medusa_tiny():
   return _run(c, batch_size=64, num_steps=60, log_every=5, ckpt_every=20)
 
 
+def eagle3():
+  """An EAGLE-3 draft for SmolLM2-135M-Instruct (30 layers): one decoder layer over
+  fc(target layer inputs (2, 15, 27)) and the token embedding, a 4096-id draft vocabulary
+  (d2t/t2d, the most frequent continuation ids), the training-time test over 3 steps with
+  the target as online teacher (`specjax.training.eagle3`). Export the result in
+  speculators' format (what vLLM reads) with scripts/export_draft.py. Not yet run to the end.
+  """
+  c = medusa()
+  del c["medusa"]
+  c.eagle3 = C(dict(n_layers=1, aux_layers=(2, 15, 27), draft_vocab_size=4096, init_std=0.02,
+                    ttt_steps=3, decay=1.0, norm_before_residual=False, norm_output=False))
+  c.data = C(dict(temperatures=(0.0,), max_new_tokens=64, seq_len=192, sample_batch_size=32))
+  c.optim = common.optim(weight_decay=0.0)
+  return _run(c, batch_size=16, num_steps=800, log_every=10, ckpt_every=50)  # batch: sequences
+
+
+def eagle3_tiny():
+  """An EAGLE-3 draft on the toy target (2 layers, aux ids (0, 1, 2)) in seconds, with a
+  48-of-64 draft vocabulary: held-out agreement and the engine's alpha climb."""
+  c = medusa_tiny()
+  del c["medusa"]
+  c.toy.n_layers = 2
+  c.eagle3 = C(dict(n_layers=1, aux_layers=(0, 1, 2), draft_vocab_size=48, init_std=0.1,
+                    ttt_steps=2, decay=1.0))
+  c.optim = common.optim(lr=3e-3, warmup_steps=5, weight_decay=0.0)
+  c.eval = C(dict(every=30, engine=True, num_prompts=8, max_new_tokens=16, k=3,
+                  num_heldout_pool=8))
+  return _run(c, batch_size=32, num_steps=60, log_every=5, ckpt_every=20)
+
+
 VARIANTS = {"smollm2": smollm2, "tiny": tiny, "lm": lm, "selfgen": selfgen, "medusa": medusa,
-            "medusa_tiny": medusa_tiny}
+            "medusa_tiny": medusa_tiny, "eagle3": eagle3, "eagle3_tiny": eagle3_tiny}
 
 
 def get_config(arg=None):

@@ -5,9 +5,10 @@
     python scripts/distill.py --config=configs/distill.py --workdir=/tmp/d --config.mesh=2,4
     python scripts/distill.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/m
 
-The config's variant picks the task: a draft model (LM or feature draft), or Medusa heads
-for a config with a `medusa` block (scripts/distill_medusa.py adds their export); both
-run the one loop of `specjax.training.loop`.
+The config's variant picks the task: a draft model (LM or feature draft), Medusa heads
+for a config with a `medusa` block (scripts/distill_medusa.py adds their export), or an
+EAGLE-3 draft for one with an `eagle3` block (`specjax.training.eagle3`); all run the one
+loop of `specjax.training.loop`.
 
 Rerunning the same command on the same workdir resumes from the newest checkpoint;
 --stop_at=N ends a call after step N (train in chunks); --max_seconds=S ends it at the first
@@ -76,7 +77,9 @@ def main(argv):
   n_train = sum(map(len, data_lib.prompt_sets(train_prompts).values()))
   print(f"Target {target.name}, {n_train} train / {len(heldout_prompts)} held-out "
         f"prompts, {jax.device_count()} devices.", flush=True)
-  run = train_medusa if "medusa" in config else train  # the task: Medusa heads or a draft
+  from specjax.training.eagle3 import train_eagle3
+  # the task: Medusa heads, an EAGLE-3 draft, or a draft model (LM or feature draft)
+  run = train_medusa if "medusa" in config else train_eagle3 if "eagle3" in config else train
   summary = run(config, workdir, target, train_prompts, heldout_prompts,
                 log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at,
                 max_seconds=FLAGS.max_seconds, progress=True)

@@ -1,35 +1,56 @@
-"""Writes a published EAGLE-3 draft in speculators' format (what vLLM reads) or the EAGLE
-authors' legacy layout.
+"""Writes an EAGLE-3 draft in speculators' format (what vLLM reads) or the EAGLE authors'
+legacy layout, from a published draft directory or a training workdir.
 
     python scripts/export_draft.py --draft=/path/to/eagle3_dir --target=smollm2-135m \
         --format=speculators --out=/tmp/eagle3-speculators --verifier=HuggingFaceTB/SmolLM2-135M-Instruct
+    python scripts/export_draft.py --config=configs/distill.py:eagle3_tiny --workdir=/tmp/eagle3_tiny \
+        --format=speculators --out=/tmp/eagle3-tiny-speculators
 
 --draft: any EAGLE-3 directory specjax loads (speculators or legacy layout), read for
---target (a model source). --verifier: the target's name recorded in speculators_config
-(default: --target). The logic is `specjax.loading.draft_formats.save`.
+--target (a model source). --config/--workdir instead: the best checkpoint of an EAGLE-3
+training run (scripts/distill.py with an `eagle3` block), for the config's target.
+--verifier: the target's name recorded in speculators_config (default: the target's
+source). The logic is `specjax.loading.draft_formats.save`.
 """
 import sys
 
 from absl import app, flags, logging
 
+from config_cli import define_config
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("draft", None, "The EAGLE-3 draft directory to read.")
+define_config(None, "An EAGLE-3 training config (with --workdir), e.g. configs/distill.py:eagle3.",
+              example="configs/distill.py:eagle3_tiny")
+flags.DEFINE_string("workdir", None, "The EAGLE-3 training workdir to export (with --config).")
+flags.DEFINE_string("draft", None, "The EAGLE-3 draft directory to read (with --target).")
 flags.DEFINE_string("target", None, "The target model source the draft was made for.")
 flags.DEFINE_enum("format", "speculators", ["speculators", "eagle3"], "The format to write.")
 flags.DEFINE_string("out", None, "The directory to write.")
-flags.DEFINE_string("verifier", None, "The verifier name to record (default: --target).")
-flags.mark_flags_as_required(["draft", "target", "out"])
+flags.DEFINE_string("verifier", None, "The verifier name to record (default: the target's source).")
+flags.mark_flags_as_required(["out"])
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   from specjax.loading import draft_formats, load_model
+  from specjax.training.checkpoints import CheckpointError
+  if (FLAGS.draft is None) == (FLAGS.workdir is None):
+    sys.exit("error: give --draft (with --target) or --workdir (with --config), one of them.")
   try:
-    target = load_model(FLAGS.target)
-    draft = draft_formats.load(FLAGS.draft, target, FLAGS.draft)
-    out = draft_formats.save(draft, FLAGS.format, FLAGS.out, verifier=FLAGS.verifier or FLAGS.target)
-  except ValueError as e:
+    if FLAGS.workdir is not None:
+      from specjax.training.eagle3 import published
+      from specjax.training.setup import setup_target
+      target, train_prompts, _ = setup_target(FLAGS.config)
+      draft = published(FLAGS.config, FLAGS.workdir, target, train_prompts)
+      source = FLAGS.config.target
+    else:
+      if FLAGS.target is None:
+        sys.exit("error: --draft needs --target (the model source it was made for).")
+      draft = draft_formats.load(FLAGS.draft, load_model(FLAGS.target), FLAGS.draft)
+      source = FLAGS.target
+    out = draft_formats.save(draft, FLAGS.format, FLAGS.out, verifier=FLAGS.verifier or source)
+  except (ValueError, CheckpointError) as e:
     sys.exit(f"error: {e}")
   print(f"{FLAGS.format}: {out} ({draft.fmt} draft, aux layers {list(draft.cfg.aux_layers)}, "
         f"draft vocabulary {draft.cfg.draft_vocab_size} of {draft.cfg.vocab_size})")

@@ -10,16 +10,27 @@ draft ids), by forward KL; step s is weighted decay**s.
 """
 from __future__ import annotations
 
-from typing import Optional
+import os
+import time
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from specjax.models import eagle3
+from specjax.decoding.drafters import Eagle3Drafter
+from specjax.decoding.generate import generate
+from specjax.models import draft_vocab, eagle3
+from specjax.models.config import ModelConfig
 from specjax.models.transformer import forward_hidden, head
+from specjax.training import data as data_lib
+from specjax.training import loop
 from specjax.training.losses import forward_kl, masked_mean
+from specjax.training.pools import pool_path, sampled_pool
+from specjax.training.step import TrainState
+
+FROZEN_KEYS = ("embed", "draft_ids")  # the target's embeddings and the draft vocabulary
 
 
 def teacher(target_params: dict, target_cfg, cfg: eagle3.Eagle3Config, seqs: jax.Array):
@@ -54,7 +65,7 @@ def fit(params: dict, cfg: eagle3.Eagle3Config, target_params: dict, target_cfg,
   seqs = jnp.asarray(seqs, jnp.int32)
   mask = jnp.ones(seqs.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
   aux, logits = jax.jit(teacher, static_argnums=(1, 2))(target_params, target_cfg, cfg, seqs)
-  frozen = {k: params[k] for k in ("embed", "draft_ids") if k in params}
+  frozen = {k: params[k] for k in FROZEN_KEYS if k in params}
   train = {k: v for k, v in params.items() if k not in frozen}
   tx = optax.adam(lr)
   opt = tx.init(train)
@@ -74,3 +85,140 @@ def fit(params: dict, cfg: eagle3.Eagle3Config, target_params: dict, target_cfg,
     idx = jnp.asarray(rng.choice(n, bs, replace=False) if bs < n else np.arange(n))
     train, opt, agree = step(train, opt, idx)
   return {**train, **frozen}, np.asarray(agree)
+
+
+# ------------------------------------------------------------- the task in the one loop
+
+
+def init_draft(config, target, counts: Optional[np.ndarray] = None) -> tuple:
+  """(Eagle3Config, params) at initialisation from config.eagle3: n_layers, aux_layers (()
+  : EAGLE-3's (2, L/2, L-3)), draft_vocab_size (0: the target's; else the most frequent ids
+  of `counts`), norm flags, init_std. The layers take the target's widths and heads."""
+  e, tc = config.eagle3, target.cfg
+  aux = tuple(e.get("aux_layers") or (2, tc.n_layers // 2, tc.n_layers - 3))
+  vd = int(e.get("draft_vocab_size", 0)) or tc.vocab_size
+  layer = ModelConfig("llama", tc.vocab_size, tc.d_model, int(e.get("n_layers", 1)),
+                      tc.n_heads, tc.n_kv_heads, tc.head_dim, int(e.get("d_ff", 0)) or tc.d_ff,
+                      max_positions=tc.max_positions, norm_eps=tc.norm_eps,
+                      rope_theta=tc.rope_theta, tie_embeddings=False)
+  cfg = eagle3.Eagle3Config(layer=layer, aux_layers=aux, target_d_model=tc.d_model,
+                            draft_vocab_size=vd,
+                            **{k: bool(e.get(k, False)) for k in (
+                                "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")})
+  if max(aux) > tc.n_layers or min(aux) < 0 or len(set(aux)) != len(aux):
+    raise ValueError(f"config.eagle3.aux_layers {aux} must be distinct ids in [0, {tc.n_layers}] "
+                     f"for a target of {tc.n_layers} layers.")
+  ids = None
+  if vd < tc.vocab_size:
+    d2t, t2d = draft_vocab.vocab_from_frequencies(counts, vd, tc.vocab_size)
+    ids = draft_vocab.check_vocab(d2t, t2d, tc.vocab_size, vd)
+  params = eagle3.init_params(cfg, jax.random.fold_in(jax.random.PRNGKey(config.seed), 3),
+                              jnp.asarray(target.params["embed"])[:tc.vocab_size],
+                              std=float(e.get("init_std", 0.02)), draft_ids=ids)
+  return cfg, params
+
+
+def pool_of(config, workdir, target, prompts: dict, key, log=print) -> dict:
+  """The target's continuations of each prompt set at each config.data temperature (cached
+  in workdir/data as eagle3_pool_{set}_T{t})."""
+  parts = []
+  for i, (name, rows) in enumerate(prompts.items()):
+    for j, temp in enumerate(config.data.temperatures):
+      parts.append(sampled_pool(target, rows, config.data, temperature=temp,
+                                key=jax.random.fold_in(key, 10 * i + j),
+                                path=pool_path(workdir, f"eagle3_pool_{name}_T{temp:g}"), log=log,
+                                what=repr(name)))
+  return data_lib.concat_batches(parts)
+
+
+def make_train_step(cfg, target_cfg, tx, schedule, steps: int, decay: float):
+  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated. The
+  teacher (aux states and logits) is the target's pass over the batch, online."""
+  def step(state: TrainState, frozen, target_params, batch):
+    seqs = batch["tokens"]
+    aux, logits = teacher(target_params, target_cfg, cfg, seqs)
+    f = lambda p: loss({**frozen, **p}, cfg, aux, seqs, logits, batch["mask"], steps, decay)
+    (value, agree), grads = jax.value_and_grad(f, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
+               **{f"agree_s{s}": a for s, a in enumerate(agree)}}
+    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state), metrics
+  return jax.jit(step, donate_argnums=(0,))
+
+
+def prepare(config, workdir, target, train_prompts, log=print) -> tuple:
+  """(cfg, params at initialisation, training pool)."""
+  pool = pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
+                 jax.random.PRNGKey(config.seed), log)
+  cfg, params = init_draft(config, target, data_lib.token_frequencies([pool], target.cfg.vocab_size))
+  return cfg, params, pool
+
+
+def eagle3_task(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
+                log: Callable = print) -> loop.Task:
+  """An EAGLE-3 draft as a `loop.Task`: target pools, the training-time-test loss with the
+  target as online teacher, held-out agreement per step and the engine's alpha."""
+  e, ev = config.eagle3, config.eval
+  cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
+  held = pool_of(config, workdir, target, {"heldout": data_lib.spread(heldout_prompts, ev.get(
+      "num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
+  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
+  n, steps, decay = pool["tokens"].shape[0], int(e.get("ttt_steps", 3)), float(e.get("decay", 1.0))
+
+  @jax.jit
+  def held_agree(p, target_params, b):
+    aux, logits = teacher(target_params, target.cfg, cfg, b["tokens"])
+    return loss(p, cfg, aux, b["tokens"], logits, b["mask"], steps)[1]
+
+  def evaluate(p) -> dict:
+    agree = held_agree(p, target.params, held)
+    m = {f"heldout_agree_s{s}": float(a) for s, a in enumerate(agree)}
+    if ev.engine:
+      res = generate(target, eval_prompts, ev.max_new_tokens, Eagle3Drafter(params=p, cfg=cfg),
+                     k=ev.k)
+      m.update(alpha=res.stats.acceptance_rate, tokens_per_pass=res.stats.tokens_per_pass)
+    return m
+
+  def make_step(tx, schedule):
+    fn = make_train_step(cfg, target.cfg, tx, schedule, steps, decay)
+    return lambda state, frozen, batch: fn(state, frozen, target.params, batch)
+
+  return loop.Task(
+      name="eagle3", params=params, trainable_keys=tuple(k for k in params if k not in FROZEN_KEYS),
+      make_step=make_step,
+      batch_at=lambda step, *_: data_lib.take(
+          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
+      evaluate=evaluate, select=lambda m: m.get("alpha", m["heldout_agree_s0"]),
+      summary=lambda p: {"cfg": cfg, "params": p})
+
+
+def train_eagle3(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
+                 log: Callable = print, stop_at: Optional[int] = None,
+                 max_seconds: Optional[float] = None, progress: bool = False) -> dict:
+  """Trains an EAGLE-3 draft for `target` in `workdir`, resuming from its newest checkpoint;
+  stop_at / max_seconds as in `specjax.training.train.train`."""
+  started = time.monotonic()
+  os.makedirs(workdir, exist_ok=True)
+  task = eagle3_task(config, workdir, target, train_prompts, heldout_prompts, log)
+  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
+                  max_seconds=max_seconds, started=started)
+
+
+def restore_eagle3(config, workdir: str, target, train_prompts, best: bool = True) -> tuple:
+  """(cfg, params, step) of a workdir's best (or latest) checkpoint."""
+  cfg, params, _ = prepare(config, workdir, target, train_prompts, log=lambda *_: None)
+  params, step = loop.restore(params, tuple(k for k in params if k not in FROZEN_KEYS), config,
+                              workdir, best=best)
+  return cfg, params, step
+
+
+def published(config, workdir: str, target, train_prompts, best: bool = True):
+  """A workdir's best (or latest) EAGLE-3 draft as a `PublishedDraft`, for
+  `draft_formats.save` (speculators' format or the legacy layout)."""
+  from specjax.loading.draft_formats import PublishedDraft
+  from specjax.training.checkpoints import require_checkpoint
+  require_checkpoint(workdir, best)
+  cfg, params, step = restore_eagle3(config, workdir, target, train_prompts, best)
+  return PublishedDraft(name=f"{workdir}@{step}", kind="eagle3", fmt="specjax", cfg=cfg,
+                        params=params)
