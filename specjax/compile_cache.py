@@ -38,10 +38,9 @@ def choose(environ: Mapping[str, str], jax_dir: Optional[str] = None,
            jax_enabled: bool = True) -> tuple[Optional[str], str]:
   """(the cache directory to use or None, why): from the environment and what jax was
   already told (its cache directory, its enable flag). Pure: `enable` acts on it."""
-  if jax_env := environ.get(JAX_ENV):
-    if _false(jax_env):
-      return None, f"{JAX_ENV}={jax_env}"
-  elif not jax_enabled:
+  if (jax_env := environ.get(JAX_ENV)) and _false(jax_env):
+    return None, f"{JAX_ENV}={jax_env}"
+  if not jax_enabled:  # jax reads that variable at import; a later update wins
     return None, "jax_enable_compilation_cache is off"
   if jax_dir:
     return jax_dir, "jax_compilation_cache_dir"

@@ -20,12 +20,12 @@ import shutil
 
 import pytest
 
-# No persistent compilation cache in the tests (subprocesses included): four clean-clone
-# runs of `make test` aborted inside XLA, three in jax's write of a speculative loop's
-# executable to that cache (`executable.serialize()`, in `put_executable_and_time`) and one
-# in a compile, each in a worker that had run many files
-# (experiments/test_run/make_test_abort_2026-12-0*.log). Each file then compiles its own
-# programs; a JAX_ENABLE_COMPILATION_CACHE given from outside is used as it is.
+# No persistent compilation cache in a plain pytest run (subprocesses included). Four
+# clean-clone runs of `make test` under pytest-xdist aborted inside XLA, three in jax's
+# write of a loop's executable to that cache (`put_executable_and_time`), each in a
+# long-lived worker that had run many files. `tests/run_files.py` (one short process a
+# file, a crashed file rerun once) turns on one cache for its run's files, fresh each run:
+# a JAX_ENABLE_COMPILATION_CACHE given from outside is used as it is.
 os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 # float32 products in float32 on every backend: on a GPU jax's default runs them in
 # TF32 (10 mantissa bits), and the numerics tests, which compare two float32 paths to

@@ -22,9 +22,11 @@ import concurrent.futures
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -133,13 +135,38 @@ def main(argv=None) -> int:
   parser.add_argument("--jobs", type=int, default=2, help="files run at once (default 2)")
   parser.add_argument("--timeout", type=float, default=1200.0,
                       help="seconds one file may run before it is killed (default 1200)")
+  parser.add_argument("--no-shared-cache", dest="shared_cache", action="store_false",
+                      help="each file compiles all its programs (no compilation cache shared "
+                           "by the run's files)")
   args = parser.parse_args(argv)
   if args.jobs < 1 or args.timeout <= 0:
     parser.error("--jobs must be at least 1 and --timeout positive")
   pytest_args = ["-m", args.markers] if args.markers else []
   files = find_test_files(args.files)
+  shared = share_compilation_cache() if args.shared_cache else None
   print(f"run_files: {len(files)} files, {args.jobs} at a time, one process each"
-        + (f", -m {args.markers!r}" if args.markers else ""), flush=True)
+        + (f", -m {args.markers!r}" if args.markers else "")
+        + (f", compilation cache shared in {shared}" if shared else ""), flush=True)
+  try:
+    return _run_all(files, pytest_args, args)
+  finally:
+    if shared:
+      shutil.rmtree(shared, ignore_errors=True)
+
+
+def share_compilation_cache() -> str:
+  """A fresh directory for jax's persistent compilation cache (and specjax's stored
+  loops), set in the environment the files' processes inherit: the tests' tiny programs
+  are mostly compile time, and many files compile the same ones. The run starts empty
+  and deletes it at the end, so no run reads another's programs."""
+  path = tempfile.mkdtemp(prefix="specjax-tests-xla-")
+  os.environ.update(JAX_ENABLE_COMPILATION_CACHE="true", JAX_COMPILATION_CACHE_DIR=path,
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+  return path
+
+
+def _run_all(files: list, pytest_args: list, args) -> int:
 
   start, lock, results = time.perf_counter(), threading.Lock(), []
 

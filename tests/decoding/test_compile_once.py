@@ -2,8 +2,9 @@
 a long process, and jax's persistent cache (`specjax.compile_cache`) is chosen, refused
 and reused as documented.
 
-The tests themselves run with the persistent cache off (tests/conftest.py); the two tests
-that need it on run fresh subprocesses with their own cache directory.
+This module runs with jax's persistent cache off (the fixture below: the counts it
+asserts are this process's own, whatever cache `tests/run_files.py` shares between files);
+the tests that need it on run fresh subprocesses with their own cache directory.
 """
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ from stub_model import ragged_prompts, reference_greedy, stub, stub_draft  # noq
 
 TARGET, DRAFT = stub(), stub_draft()
 PROMPTS = ragged_prompts(3, seed=1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_persistent_cache():
+  was = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  yield
+  jax.config.update("jax_enable_compilation_cache", was)
 
 
 def _run(prompts=PROMPTS[:2], n=12, k=3, **kw):
@@ -67,7 +76,7 @@ def test_a_new_shape_compiles_two_programs():
   out = _run(prompts=PROMPTS[:3], k=2, temperature=0.9)  # batch 3, k = 2: new shapes
   d = out.stats.to_dict()
   assert d["compiled_programs"] == 2 and d["compile_time_s"] > 0
-  assert d["programs_from_disk"] == 0  # the tests keep jax's persistent cache off
+  assert d["programs_from_disk"] == 0  # this module keeps jax's persistent cache off
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [
@@ -139,8 +148,12 @@ def test_choose_the_cache_directory(tmp_path, monkeypatch):
   assert compile_cache.choose(dict(env, JAX_ENABLE_COMPILATION_CACHE="1"))[0] == f"{root}/xla"
 
 
-def test_the_tests_run_without_the_persistent_cache():
-  assert compile_cache.enable() is None and jax.config.jax_compilation_cache_dir is None
+def test_off_where_jax_is_told_off():
+  """This module runs with jax's cache flag off (the fixture below), whatever directory
+  the runner shares: enable() then keeps it off."""
+  assert not jax.config.jax_enable_compilation_cache
+  assert compile_cache.choose({}, jax.config.jax_compilation_cache_dir, False)[0] is None
+  assert compile_cache.enable() is None
 
 
 def test_unwritable_says_why(tmp_path):
@@ -169,7 +182,8 @@ print(json.dumps({f: sum(d[f] for d in s) for f in
 
 
 def _child(cache: str, **extra: str) -> subprocess.CompletedProcess:
-  env = {n: v for n, v in os.environ.items() if n != "JAX_ENABLE_COMPILATION_CACHE"}
+  env = {n: v for n, v in os.environ.items()  # its own cache, not one the runner shares
+         if n not in ("JAX_ENABLE_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR")}
   env.update(SPECJAX_COMPILE_CACHE=cache, PYTHONPATH=os.pathsep.join([ROOT, STUB]), **extra)
   return subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
                         env=env, timeout=300, cwd=ROOT)
