@@ -5,6 +5,7 @@
     python scripts/benchmark.py --config.prompts.source=eval --config.prompts.per_category=2
     python scripts/benchmark.py --config.prompts.source=path/to/question.jsonl  # Spec-Bench
     python scripts/benchmark.py --config.trees='static:4,2,1,1;dynamic:16'  # chain vs trees
+    python scripts/benchmark.py --batch=1,8,32 --mixed=8 --config.max_new_tokens=48  # batches
 
 Prompts (config.prompts.source): a source of specjax/prompts.py (eval, heldout,
 repeat, builtin; "+"-joined) or a prompts .jsonl path: Spec-Bench's question.jsonl
@@ -15,6 +16,10 @@ Prints a table (tokens/s, speedup over the same framework's target alone, ratio 
 transformers greedy, alpha, tokens per pass beside the closed form, ideal speedup from
 measured per-pass costs, fraction of it reached) and writes the full results as JSON
 (--json_out, and results.json + config.json in --workdir).
+
+--batch (and --mixed): the batched sweep instead (`specjax.apps.batch_sweep`): per batch
+size, specjax alone vs transformers' batched generate (left-padded) vs the same decode step
+in a bare fori_loop, plus a mixed-length batch of --mixed rows; one table of ratios.
 """
 import json
 import os
@@ -30,6 +35,10 @@ from specjax.apps import common, sidebyside  # noqa: E402  (after the config che
 _WORKDIR = flags.DEFINE_string("workdir", None, "Write config.json and results.json here.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the results as JSON here.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_BATCH = flags.DEFINE_list("batch", [], "Batch sizes of the batched sweep (e.g. 1,8,32); "
+                           "empty: the per-prompt benchmark.")
+_MIXED = flags.DEFINE_integer("mixed", 0, "With --batch: rows of a mixed-length batch "
+                              "(half prompts of 500-1,500 tokens); 0: none.")
 
 
 def main(argv):
@@ -48,9 +57,15 @@ def main(argv):
     with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   import peers  # scripts/peers.py: the transformers rows (torch stays out of specjax)
-  result = sidebyside.run_benchmark(config, progress=_PROGRESS.value,
-                                    peers=peers if config.hf.enabled else None)
-  table = sidebyside.format_table(result)
+  if _BATCH.value or _MIXED.value:
+    from specjax.apps import batch_sweep
+    result = batch_sweep.run_sweep(config, [int(b) for b in _BATCH.value], _MIXED.value,
+                                   peers=peers if config.hf.enabled else None)
+    table = batch_sweep.format_sweep(result)
+  else:
+    result = sidebyside.run_benchmark(config, progress=_PROGRESS.value,
+                                      peers=peers if config.hf.enabled else None)
+    table = sidebyside.format_table(result)
   print(table)
   paths = [_JSON_OUT.value] if _JSON_OUT.value else []
   if _WORKDIR.value:

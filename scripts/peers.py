@@ -172,3 +172,24 @@ def summarize(runs: list[dict]) -> dict:
       "c_round": rounds_t / n_rounds + assistant_t / calls if n_rounds else None,
       "assistant_time_s": assistant_t,
   }
+
+
+def hf_generate_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                      pad_id: int = 0) -> dict:
+  """Greedy `generate` of a batch of prompts, left-padded with an attention mask, exactly
+  `max_new_tokens` new tokens a row (no stop ids). Returns tokens (per row) and wall_time_s."""
+  import torch
+  width = max(len(p) for p in prompts)
+  ids = torch.full((len(prompts), width), int(pad_id), dtype=torch.long)
+  mask = torch.zeros((len(prompts), width), dtype=torch.long)
+  for b, p in enumerate(prompts):
+    ids[b, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+    mask[b, width - len(p):] = 1
+  with torch.inference_mode():
+    start = time.perf_counter()
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=int(max_new_tokens),
+                         min_new_tokens=int(max_new_tokens), do_sample=False, eos_token_id=None,
+                         pad_token_id=int(pad_id), num_beams=1, top_k=None, top_p=None,
+                         temperature=None)
+    wall = time.perf_counter() - start
+  return {"tokens": out[:, width:].tolist(), "wall_time_s": wall}

@@ -40,7 +40,7 @@ def main(argv):
   del argv
   import importlib
   import specjax
-  gen = importlib.import_module("specjax.decoding.generate")
+  compiled = importlib.import_module("specjax.decoding.compiled")
   target = specjax.load_model("smollm2-135m")
   rng = np.random.default_rng(0)
   prompts = [rng.integers(100, 20000, _PROMPT.value).tolist() for _ in range(_BATCH.value)]
@@ -50,7 +50,7 @@ def main(argv):
   with jax.profiler.trace(trace_dir):
     result = specjax.generate(target, prompts, _NEW.value, **kw)
   steps = int(result.stats.rounds.max())
-  hlo = list(gen._COMPILED.values())[-1][0].rounds.as_text()  # the rounds just run
+  hlo = list(compiled._COMPILED.values())[-1].rounds.as_text()  # the rounds just run
   index = _op_index(hlo)
   space = jax.profiler.ProfileData.from_file(
       glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0])
