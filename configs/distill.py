@@ -205,7 +205,7 @@ def eagle3_tiny():
   del c["medusa"]
   c.toy.n_layers = 2
   c.eagle3 = C(dict(n_layers=1, aux_layers=(0, 1, 2), draft_vocab_size=48, init_std=0.1,
-                    ttt_steps=2, decay=1.0))
+                    ttt_steps=3, decay=1.0))
   c.optim = common.optim(lr=3e-3, warmup_steps=5, weight_decay=0.0)
   c.eval = C(dict(every=30, engine=True, num_prompts=8, max_new_tokens=16, k=3,
                   num_heldout_pool=8))
