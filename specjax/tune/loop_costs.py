@@ -5,7 +5,7 @@ once predicted 1.16x from them and measured 0.91-0.99x): the loop also drafts, w
 verifies, writes caches and counts, and the rows of a batch change what a pass costs. So
 the costs here are timed from real runs of the loop itself: the target alone and each k
 of `K_PROBES`, on the caller's prompts at the caller's batch size, for `COST_TOKENS` new
-tokens, each k between two runs of the target alone (`measure`). Per setting:
+tokens, round-robin `REPEATS` times, each setting's fastest run kept (`measure`). Per setting:
 
     round_s   = (wall - prefill) / iterations   (iterations = the most rounds of a row)
     prefill_s = the prefill (the prompt's pass and the drafter's init; the fastest over
@@ -27,9 +27,9 @@ from specjax.decoding import plan as plan_lib
 from specjax.tune import store
 
 K_PROBES = (1, 2, 3, 4)  # the ks timed (and the ks k="auto" chooses among)
-COST_TOKENS = 24  # new tokens of each timed run: enough rounds to time (>= 5 at k = 4)
-REPEATS = 1  # each k is already timed between two runs of the target alone
-VERSION = 4  # of what a stored loop cost means (raise it when that changes)
+COST_TOKENS = 16  # new tokens of each timed run (short runs, several: see `measure`)
+REPEATS = 3  # round-robins over the settings; each keeps its fastest run
+VERSION = 5  # of what a stored loop cost means (raise it when that changes)
 
 
 def batch_bucket(batch: int) -> int:
@@ -60,35 +60,28 @@ def measure(run: Callable[[int, int], object], ks: Sequence[int] = K_PROBES,
   """{str(k): {"round_s", "prefill_s", ...}} for k = 0 (the target alone) and each of `ks`.
 
   run(k, new_tokens) -> the run's SpecStats. Every program is first run for 2 tokens (it
-  compiles, and its first execution pays one-off costs that once made a k=1 round look 1.7x
-  a step when it cost 1.2x); then the timed runs of `tokens`. The shared machine's load
-  comes and goes over seconds, so each k is timed between two runs of the target alone
-  (0, 1, 0, 2, 0, ...) and kept as its ratio to the faster of them (a load spike in one
-  neighbour must not make k look cheap: an overestimated speedup is the costly error).
-  The ratios are then smoothed by a line in k with a slope >= 0 (a deeper round never
-  costs less; single timings scatter by 10-30% here) and floored at 1 (a speculative
-  iteration holds a target pass): r_k = line(k) * median r_0. Prefill: the fastest seen
-  (a drafter's does not depend on k)."""
+  compiles, and its first execution pays one-off costs); then `repeats` round-robins over
+  the settings of `tokens` new tokens each. On this shared CPU one run's seconds per
+  iteration is bimodal (the same k=1 program timed 0.07 and 0.18 s a round minutes apart,
+  as other jobs come and go), so each setting keeps its fastest run, and the ratios
+  r_k / r_0 of those are smoothed by a line in k with a slope >= 0 (a deeper round never
+  costs less) and floored at 1 (a speculative iteration holds a target pass). Prefill:
+  the fastest seen (a drafter's does not depend on k)."""
   for k in (0, *ks):
     run(k, 2)
-  alone, ratios, prefill = [], {k: [] for k in ks}, []
+  best: dict = {}
   for _ in range(max(1, repeats)):
-    before = per_iteration(run(0, tokens))
-    alone.append(before)
-    for k in ks:
-      spec = per_iteration(run(k, tokens))
-      after = per_iteration(run(0, tokens))
-      alone.append(after)
-      ratios[k].append(spec["round_s"] / max(min(before["round_s"], after["round_s"]), 1e-12))
-      prefill.append(spec["prefill_s"])
-      before = after
-  r0 = float(np.median([a["round_s"] for a in alone]))
-  raw = {k: float(np.median(ratios[k])) for k in ks}
+    for k in (0, *ks):
+      r = per_iteration(run(k, tokens))
+      if k not in best or r["round_s"] < best[k]["round_s"]:
+        best[k] = {**r, "prefill_s": min(r["prefill_s"], best.get(k, r)["prefill_s"])}
+  r0 = best[0]["round_s"]
+  raw = {k: best[k]["round_s"] / max(r0, 1e-12) for k in ks}
   line = smooth_ratios(raw)
-  out = {"0": {"round_s": r0, "prefill_s": min(a["prefill_s"] for a in alone),
-               "iterations": alone[0]["iterations"]}}
+  prefill = min(best[k]["prefill_s"] for k in ks)
+  out = {"0": best[0]}
   for k in ks:
-    out[str(k)] = {"round_s": line[k] * r0, "prefill_s": min(prefill), "ratio": line[k],
+    out[str(k)] = {"round_s": line[k] * r0, "prefill_s": prefill, "ratio": line[k],
                    "measured_ratio": raw[k]}
   return out
 

@@ -121,11 +121,8 @@ def test_store_keyed_by_machine_model_and_batch_bucket(tmp_path, monkeypatch):
   first = choose(3)
   ks = loop_costs.K_PROBES
   # measured once: the acceptance run at max(ks), each program warmed for 2 tokens, then
-  # each k timed between two target-alone runs
-  probes = [(0, 2)] + [(k, 2) for k in ks] + (
-      [(0, loop_costs.COST_TOKENS)] + [x for k in ks for x in ((k, loop_costs.COST_TOKENS),
-                                                                (0, loop_costs.COST_TOKENS))]
-  ) * loop_costs.REPEATS
+  # REPEATS round-robins over the target alone and the ks
+  probes = [(k, 2) for k in (0, *ks)] + [(k, loop_costs.COST_TOKENS) for k in (0, *ks)] * loop_costs.REPEATS
   assert calls[0] == (3, auto_k.CALIBRATION_TOKENS, max(ks))
   assert [c[2:0:-1] for c in calls[1:]] == probes
   assert first["calibration_s"] > 0 and first["costs"]["0"]["round_s"] == pytest.approx(1e-3)
@@ -196,21 +193,21 @@ def test_card_says_target_alone_and_prints_the_prediction_beside_the_measurement
   assert "k                    2 (auto: k=2 at batch 1" in text and "predicted 1.20x)" in text
 
 
-def test_costs_are_ratios_to_neighbouring_target_alone_runs():
-  """A load spike during the first target-alone run (3x slower) must not make k = 1 look
-  cheaper than the target alone: each k is timed against its neighbours, and r_k >= r_0."""
+def test_costs_keep_each_settings_fastest_run():
+  """A load spike during one target-alone run (3x slower) and one k = 1 run must not set
+  the costs: each setting keeps its fastest of the round-robins, and r_k >= r_0."""
   seen = []
 
   def run(k, n):
-    seen.append(k)
-    slow = 3.0 if len(seen) == 4 else 1.0  # the first timed run (after 3 warm-ups)
-    r = {0: 1.0, 1: 1.4, 2: 1.8}[k] * slow
+    seen.append((k, n))
+    slow = 3.0 if len(seen) in (4, 8) else 1.0  # timed run 1 (k=0) and 5 (k=1)
+    r = {0: 1.0, 1: 1.2, 2: 1.8}[k] * slow
     return types.SimpleNamespace(rounds=np.array([10]), prefill_time_s=0.5, wall_time_s=0.5 + 10 * r)
-  t = loop_costs.measure(run, (1, 2), repeats=1)
-  assert seen == [0, 1, 2, 0, 1, 0, 2, 0]
-  assert t["0"]["round_s"] == pytest.approx(1.0)  # the median of 3, 1, 1
-  assert t["2"]["round_s"] == pytest.approx(1.8)  # between two unloaded runs
-  assert t["1"]["round_s"] == pytest.approx(1.4)  # its spiked neighbour is not the reference
+  t = loop_costs.measure(run, (1, 2), repeats=2, tokens=16)
+  assert seen == [(0, 2), (1, 2), (2, 2)] + [(0, 16), (1, 16), (2, 16)] * 2
+  assert t["0"]["round_s"] == pytest.approx(1.0)
+  assert [t[k]["measured_ratio"] for k in ("1", "2")] == pytest.approx([1.2, 1.8])
+  assert t["1"]["round_s"] == pytest.approx(1.2) and t["2"]["round_s"] == pytest.approx(1.8)
 
 
 def test_round_ratios_smoothed_by_a_line_that_never_falls():
