@@ -101,7 +101,10 @@ def tensor_names(path: str) -> set:
     from specjax.loading.draft_formats import torch_file
     for f in sorted(os.listdir(path)):
       if f.endswith(".bin") and f.startswith("pytorch_model"):
-        names |= torch_file.torch_file_names(os.path.join(path, f), path)
+        try:
+          names |= torch_file.torch_file_names(os.path.join(path, f), path)
+        except LoadError:  # not a draft we know: the model loader says what is wrong
+          return set()
   return names
 
 
