@@ -23,14 +23,17 @@ def test_parallel_pass_equals_cod_elements():
   aux = jnp.asarray(rng.normal(size=(1, t, 64)), jnp.float32)
   seqs = jnp.asarray(rng.integers(0, 28, (1, t)), jnp.int32)  # x_0 .. x_{T-1}
   g = eagle3.fuse(params, e3, aux)
+  fwd = jax.jit(eagle3.forward, static_argnums=1)
+  pas = jax.jit(peagle_lib.parallel_pass, static_argnums=(1, 6))
+  cod = jax.jit(peagle_lib.cod_logits, static_argnums=1)
   for n, start in ((9, 7), (9, 5), (12, 8)):  # n final tokens; entries < start cached
     cache = eagle3.init_cache(params, e3, 1, 32)
-    _, cache = eagle3.forward(params, e3, g[:, :start], seqs[:, 1:start + 1], cache)
+    _, cache = fwd(params, e3, g[:, :start], seqs[:, 1:start + 1], cache)
     c = k + 1
     gc = jnp.pad(g, ((0, 0), (0, c), (0, 0)))[:, start:start + c]
     tc = jnp.pad(seqs, ((0, 0), (0, c)))[:, start + 1:start + 1 + c]
-    got, _ = peagle_lib.parallel_pass(params, cfg, cache, gc, tc, jnp.asarray([n - 2]), k)
+    got, _ = pas(params, cfg, cache, gc, tc, jnp.asarray([n - 2]), k)
     anchor = jnp.concatenate([jnp.arange(n - 1), jnp.full((k - 1,), n - 2)])
     depth = jnp.concatenate([jnp.zeros((n - 1,), jnp.int32), jnp.arange(1, k)])
-    want = peagle_lib.cod_logits(params, cfg, aux[:, :n - 1], seqs[:, 1:n], anchor, depth)
+    want = cod(params, cfg, aux[:, :n - 1], seqs[:, 1:n], anchor, depth)
     np.testing.assert_allclose(got[0], want[0, n - 2:], atol=1e-5, rtol=1e-5)
