@@ -7,6 +7,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 import specjax
 from specjax.api.draft_spec import resolve_drafter
@@ -20,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)  # configs/ is importable from the repository root
 
 
+@pytest.mark.slow
 def test_eagle3_tiny_trains_and_exports(tmp_path):
   from configs.distill import get_config
   c = get_config("eagle3_tiny")

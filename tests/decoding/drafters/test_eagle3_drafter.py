@@ -102,7 +102,7 @@ def test_sampling_is_exact_with_a_smaller_draft_vocabulary():
   sampling = SamplingParams(1.0)
   logits = eagle3.logits(drafter.params, drafter.cfg, jnp.zeros((1, 1, drafter.cfg.d_model)))
   assert (np.asarray(specjax.sampling.warp(logits, sampling))[..., [1, 4]] == 0).all()
-  counts, stats = ex.sampled_joint(sampling, 2, draft=drafter)
+  counts, stats = ex.sampled_joint(sampling, 2, draft=drafter, calls=2)  # N = 6,000
   ex.assert_rounds_covered(stats, 2)
   fails, stat, df = ex.chi_square_fails(counts, ex.exact_joint(sampling, ex.NEW_TOKENS[2]))
   assert not fails, f"chi2={stat:.1f} with df={df}"
