@@ -1,6 +1,6 @@
 """The DFlash objective in the one training loop (`training.loop.run`): on a tiny target and
-config, the loss falls, held-out slot agreement and the engine's alpha rise, checkpoints
-are written, and the trained draft still decodes exactly like the target alone."""
+config, the loss falls and held-out slot agreement rises; checkpoints and metrics are
+written. (Greedy exactness of trained drafts: tests/decoding/drafters/test_dflash_drafter.py.)"""
 import dataclasses
 import json
 import os
@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-import specjax
 from configs import common
 from specjax.decoding.drafters import DFlashDrafter
 from specjax.models import dflash as dflash_lib
@@ -27,7 +26,7 @@ def tiny_config():
   c.optim = common.optim(lr=1e-2, warmup_steps=5, weight_decay=0.0)
   c.data = ml_collections.ConfigDict(dict(max_new_tokens=24))
   c.dflash = ml_collections.ConfigDict(dict(gamma=4.0))
-  c.eval = ml_collections.ConfigDict(dict(every=40, engine=True, max_new_tokens=16, k=3))
+  c.eval = ml_collections.ConfigDict(dict(every=40, engine=False))
   return c
 
 
@@ -45,13 +44,9 @@ def test_loss_falls_in_the_training_loop(tmp_path):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [json.loads(line) for line in f]
   losses = [r["loss"] for r in rows if "loss" in r]
-  first = next(r for r in rows if r["step"] == 0 and "alpha" in r)
-  last = [r for r in rows if r["step"] == 40 and "alpha" in r][-1]
+  first = next(r for r in rows if r["step"] == 0 and "heldout_acc_s1" in r)
+  last = [r for r in rows if r["step"] == 40 and "heldout_acc_s1" in r][-1]
   assert losses[-1] < 0.4 * losses[0], losses
   assert last["heldout_acc_s1"] > first["heldout_acc_s1"] + 0.08  # held out: a random target generalises little
-  assert last["alpha"] > first["alpha"]
   assert summary["latest_step"] == 40
-  trained = drafter.replace(params=summary["params"])
-  base = specjax.generate(TARGET, prompts[16:19], 16)
-  out = specjax.generate(TARGET, prompts[16:19], 16, draft=trained, k=3)
-  assert out.tokens == base.tokens
+  assert summary["params"]["fc"]["kernel"].shape == params["fc"]["kernel"].shape

@@ -89,7 +89,7 @@ def test_training_loss_falls(trained):
   assert acc1[1:].mean() > acc0[1:].mean() + 0.2  # the drafted slots (slot 0 is the anchor)
 
 
-@pytest.mark.parametrize("kw", [dict(k=3), dict(k=2), dict(k=3, tree="static:3,2,1"),
+@pytest.mark.parametrize("kw", [dict(k=3), dict(k=3, tree="static:3,2,1"),
                                 dict(k=3, tree="dynamic:6")])
 def test_greedy_identical_to_target(trained, kw):
   base = specjax.generate(SMALL, PROMPTS, 24)

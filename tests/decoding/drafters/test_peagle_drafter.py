@@ -80,7 +80,7 @@ def test_training_loss_falls(trained):
   assert acc1.mean() > acc0.mean() + 0.2
 
 
-@pytest.mark.parametrize("kw", [dict(k=3), dict(k=2), dict(k=3, tree="static:3,2,1"),
+@pytest.mark.parametrize("kw", [dict(k=3), dict(k=3, tree="static:3,2,1"),
                                 dict(k=3, tree="dynamic:6")])
 def test_greedy_identical_to_target(trained, kw):
   base = specjax.generate(SMALL, PROMPTS, 24)
