@@ -29,6 +29,7 @@ setup(
         "matplotlib>=3.8",
         "tqdm>=4.66",
         "tensorboardX>=2.6",
+        "filelock>=3.12",  # jax locks its bounded compilation cache with it
     ],
     extras_require={
         # torch is for reference parity in tests and peer benchmarks only; the library never imports it.

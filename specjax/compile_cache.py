@@ -6,7 +6,8 @@ $SPECJAX_CACHE or ~/.cache/specjax). Off: SPECJAX_COMPILE_CACHE=off (or 0, false
 What jax is told from outside wins: JAX_ENABLE_COMPILATION_CACHE=false in the environment
 (the tests set it: tests/conftest.py) or jax's own cache settings keep theirs. Every
 program is cached, however small or quick to compile (jax's defaults skip those under
-1 s). A directory that cannot be written is one warning line; decoding goes on uncached.
+1 s); the directory is bounded (8 GiB, least recently used entries evicted). A directory
+that cannot be written is one warning line; decoding goes on uncached.
 
 `enable()` sets this up once per process, lazily: the public `specjax.generate` and the
 scripts call it; `specjax.decoding` never does.
@@ -23,9 +24,12 @@ from specjax import paths
 ENV = "SPECJAX_COMPILE_CACHE"
 JAX_ENV = "JAX_ENABLE_COMPILATION_CACHE"
 OFF = ("off", "0", "false", "no", "none")
-# jax's thresholds for writing an entry, set to "everything" unless the environment sets them
+# jax's thresholds for writing an entry, set to "everything" unless the environment sets
+# them; and a size bound, which also makes jax lock the directory around each read and write
+# (without one it writes entries in place, and a second process could read half a file).
 THRESHOLDS = {"jax_persistent_cache_min_compile_time_secs": 0.0,
-              "jax_persistent_cache_min_entry_size_bytes": -1}
+              "jax_persistent_cache_min_entry_size_bytes": -1,
+              "jax_compilation_cache_max_size": 8 << 30}  # least recently used go first
 _STATE: dict = {}  # "dir": the directory enable() chose (None: off), once decided
 _log = logging.getLogger(__name__)
 

@@ -162,7 +162,9 @@ def share_compilation_cache() -> str:
   path = tempfile.mkdtemp(prefix="specjax-tests-xla-")
   os.environ.update(JAX_ENABLE_COMPILATION_CACHE="true", JAX_COMPILATION_CACHE_DIR=path,
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
+                    # bounded, so jax locks the directory: two files never read a half-written entry
+                    JAX_COMPILATION_CACHE_MAX_SIZE=str(8 << 30))
   return path
 
 
