@@ -79,7 +79,9 @@ def run_card(config) -> dict:
   if k == "auto" and draft is not None:  # choose once (printed), then time that k
     choice = generate(target, [prompt], draft=draft, k="auto", **common).k_choice
     k = choice["k"]
-  run_draft = draft if k != 0 else None  # k = 0: no k pays at this batch, the target alone
+  # k = 0 from "auto": no k pays at this batch, the target alone (a k given as 0 is refused
+  # by generate, as any k < 1)
+  run_draft = None if choice is not None and k == 0 else draft
   # tree="auto" chooses (and prints) in the first run, and the process keeps that choice
   spec = best_of(config.repeats, target, [prompt], draft=run_draft, k=k, tree=tree, **common)
   s = spec.stats
