@@ -108,9 +108,11 @@ def _build(args: tuple, statics: dict, rows: int) -> CompiledLoop:
 
 
 def _named(statics: dict) -> dict:
-  """Static settings as text that names functions by module and name (not address)."""
-  return {n: f"{v.__module__}.{v.__qualname__}" if callable(v) and hasattr(v, "__qualname__")
-          else v for n, v in statics.items()}
+  """Static settings as text: specjax's own functions by module and name (its source is
+  in the store's key); any other function keeps its address, so a loop with a caller's
+  rule (which may change under the same name) is never stored."""
+  own = lambda v: callable(v) and getattr(v, "__module__", "").startswith("specjax.")
+  return {n: f"{v.__module__}.{v.__qualname__}" if own(v) else v for n, v in statics.items()}
 
 
 def compiled_loop(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, CompileCount]:

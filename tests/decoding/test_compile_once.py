@@ -220,3 +220,20 @@ def test_the_card_line():
   assert format_compile(c) == "2 programs, 4.3 s (persistent compilation cache off)"
   c.update(compile_from_disk=2, compile_cache="/c/xla", compile_time_s=0.42)
   assert format_compile(c) == "2 programs, 0.4 s (2 of them loaded from the persistent cache /c/xla)"
+
+
+def test_only_faithful_signatures_are_stored():
+  """A loop is stored whole only where its signature's text says everything: specjax's own
+  verifier by name; a caller's rule (which may change under the same name) by address, so
+  never stored; a shortened array likewise."""
+  from specjax.decoding import program_store
+  from specjax.decoding.verify import verify_row
+
+  def my_rule(*args):
+    return verify_row(*args)
+
+  named = compiled._named({"verifier": verify_row, "k": 3})
+  assert named == {"verifier": "specjax.decoding.verify.verify_row", "k": 3}
+  assert program_store.key(repr(named)) is not None
+  assert program_store.key(repr(compiled._named({"verifier": my_rule}))) is None
+  assert program_store.key(repr(np.arange(5000))) is None  # numpy shortens it with "..."
