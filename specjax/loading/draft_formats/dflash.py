@@ -27,7 +27,6 @@ from specjax.errors import LoadError
 from specjax.loading import hf
 from specjax.loading.draft_formats import PublishedDraft, read_config
 from specjax.loading.draft_formats import eagle3_tensors as et
-from specjax.models import draft_vocab
 from specjax.models import dflash as dflash_lib
 
 SPECULATORS_VERSION = "0.9.0"
@@ -137,13 +136,7 @@ def params_from_tensors(tensors: dict, cfg: dflash_lib.DFlashConfig, target, nam
                     f"expected ({vd}, {d}) (draft_vocab_size {vd}).")
   d2t, t2d = take("d2t", optional=True), take("t2d", optional=True)
   if vd != lc.vocab_size:
-    if d2t is None or t2d is None:
-      raise LoadError(f"{name}: a draft vocabulary of {vd} ids (target: {lc.vocab_size}) without "
-                      "its d2t and t2d tensors.")
-    try:
-      ids = draft_vocab.check_vocab(d2t, t2d, target.cfg.vocab_size, vd, what=f"draft {name}")
-    except ValueError as e:
-      raise LoadError(str(e)) from None
+    ids = et.checked_draft_ids(d2t, t2d, vd, lc.vocab_size, target, name)
     params["draft_ids"] = jnp.asarray(ids, jnp.int32)
   return params
 

@@ -166,13 +166,7 @@ def params_from_tensors(tensors: dict, cfg: Eagle3Config, target, name: str,
                     f"is {cfg.draft_vocab_size}.")
   d2t, t2d = take("d2t", optional=True), take("t2d", optional=True)
   if vd != cfg.vocab_size or d2t is not None:
-    if d2t is None or t2d is None:
-      raise LoadError(f"{name}: a draft vocabulary of {vd} ids (target: {cfg.vocab_size}) without "
-                      "its d2t and t2d tensors.")
-    try:
-      ids = draft_vocab.check_vocab(d2t, t2d, target.cfg.vocab_size, vd, what=f"draft {name}")
-    except ValueError as e:
-      raise LoadError(str(e)) from None
+    ids = checked_draft_ids(d2t, t2d, vd, cfg.vocab_size, target, name)
     if vd != cfg.vocab_size or not np.array_equal(ids, np.arange(vd)):
       params["draft_ids"] = jnp.asarray(ids, jnp.int32)
   return params
@@ -269,3 +263,15 @@ def model_width(hf_cfg: dict, layer_cfg: ModelConfig, key: str = "target_hidden_
   """The target width the draft's fc reads (target_hidden_size, else the draft's own)."""
   v: Optional[int] = hf_cfg.get(key)
   return int(v) if v else layer_cfg.d_model
+
+
+def checked_draft_ids(d2t, t2d, vd: int, vocab_size: int, target, name: str) -> np.ndarray:
+  """The target ids of a draft vocabulary of `vd` ids from its d2t and t2d tensors, checked
+  against the target; a missing tensor or a bad mapping is one LoadError line."""
+  if d2t is None or t2d is None:
+    raise LoadError(f"{name}: a draft vocabulary of {vd} ids (target: {vocab_size}) without "
+                    "its d2t and t2d tensors.")
+  try:
+    return draft_vocab.check_vocab(d2t, t2d, target.cfg.vocab_size, vd, what=f"draft {name}")
+  except ValueError as e:
+    raise LoadError(str(e)) from None
