@@ -1,7 +1,7 @@
 """Decoding speed on one accelerator, every stage in this one process (programs compiled
 once, through jax's persistent compilation cache: `specjax.compile_cache`), as JSON.
 
-    python experiments/gpu/bench.py --out=/tmp/bench.json          # (bench.sh runs this)
+    python experiments/gpu/bench.py --out=/tmp/bench.json          # (lease.sh bench runs this)
     python experiments/gpu/bench.py --dry-run --out=/tmp/bench.json  # tiny models, the CPU
 
 Stages, each setting written to --out as it ends (a cut run keeps what finished):
