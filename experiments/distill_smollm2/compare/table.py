@@ -1,11 +1,9 @@
 """Side-by-side runs' table from their workdirs' metrics (the 1-layer vs 3-layer comparison
 by default; any runs with --runs=label=workdir,...).
 
-    python experiments/distill_smollm2/compare/table.py --w=/tmp/e3 \
-        --out=experiments/distill_smollm2/compare
+    python experiments/distill_smollm2/compare/table.py --w=/tmp/e3 --out=/tmp/e3/table
     python experiments/distill_smollm2/compare/table.py \
-        --runs="1 block=/work/train/selfgen2,2 blocks=/work/train/grow2" \
-        --out=experiments/distill_smollm2/selfgen2
+        --runs="1 block=/tmp/grow/l1,2 blocks=/tmp/grow/l2" --out=/tmp/grow/table
 
 Copies each run's metrics.jsonl and config.json to OUT/<label>/ (the default runs: l1/, l3/)
 and writes OUT/results.md:
