@@ -20,9 +20,15 @@ of a pass is max(weight bytes / stream rate, pass FLOPs / matmul rate).
 
 Every case is timed round-robin (`rounds` times `n` back-to-back calls, the fastest
 round counting) so that machine drift hits all cases alike.
+
+    PYTHONPATH=. python experiments/pass_cost/pass_cost.py --out=/tmp/pass_cost_1
+
+runs the probe on the embedded target and writes <out>.json (every figure) and <out>.md
+(the table); `long_prompt.py` imports the module for `pass_flops` and `probe`.
 """
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Callable, Sequence
 
@@ -172,3 +178,24 @@ def markdown(r: dict) -> str:
             f"of weights {r['stream_bytes_per_s'] / 1e9:.1f} GB/s ({1e3 * r['stream_s']:.2f} ms); "
             f"matmul {r['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s."]
   return "\n".join(lines)
+
+
+def main():
+  ap = argparse.ArgumentParser(description="c(T) of the embedded target and its parts.")
+  ap.add_argument("--out", default="/tmp/pass_cost")
+  ap.add_argument("--ts", default="1,2,3,5,9,17,33")
+  ap.add_argument("--rounds", type=int, default=7)
+  ap.add_argument("--n", type=int, default=3)
+  ap.add_argument("--context_len", type=int, default=112)
+  ap.add_argument("--max_len", type=int, default=256)
+  args = ap.parse_args()
+  from specjax.apps.common import write_report
+  from specjax.loading import load_model
+  target = load_model("smollm2-135m")
+  r = probe(target, ts=[int(t) for t in args.ts.split(",")], rounds=args.rounds,
+            n=args.n, context_len=args.context_len, max_len=args.max_len)
+  write_report(args.out, r, markdown(r))
+
+
+if __name__ == "__main__":
+  main()
