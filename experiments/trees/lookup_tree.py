@@ -3,17 +3,17 @@
     PYTHONPATH=. python experiments/trees/lookup_tree.py --out=experiments/trees/lookup_tree
 
 Issue 13 asks for 1.4x the chain's tokens per pass at the same depth with the shipped
-draft. The draft's own trees stop near 1.3x (`depth_sweep/`: its second-ranked tokens are
-rarely the target's). `LookupFirstDrafter` ("<draft>+ngram:3") with `tree=` verifies the
-draft's tree plus a chain of k prompt-lookup tokens under the root, tried first where the
-last 2-3 tokens repeat earlier (`specjax.decoding.tree.with_chain`): a second, independent
-source of candidates. This script measures, on the evaluation set (`prompts_eval.jsonl`,
-`--per_category` prompts of each category (0: all) in batches of `--batch`, chat template,
-48 new tokens), at
-each depth and temperature: the draft's chain and dynamic trees, the lookup+draft chain and
-the same trees with the lookup chain beside them. Records go to lookup_tree.jsonl (a rerun
-skips the settings already there; --report_only runs none); lookup_tree.md (overall and
-per category) and lookup_tree.png are rebuilt from it. Greedy output is checked against the target alone.
+draft. The draft's own trees stop near 1.3x (README, "Depth and size": its second-ranked
+tokens are rarely the target's). `LookupFirstDrafter` ("<draft>+ngram:3") with `tree=`
+verifies the draft's tree plus a chain of k prompt-lookup tokens under the root, tried
+first where the last 2-3 tokens repeat earlier (`specjax.decoding.tree.with_chain`): a
+second, independent source of candidates. This script measures, on the evaluation set
+(`prompts_eval.jsonl`, `--per_category` prompts of each category (0: all) in batches of
+`--batch`, chat template, 48 new tokens), at each depth and temperature: the draft's
+chain and dynamic trees, the lookup+draft chain and the same trees with the lookup chain
+beside them. Records go to lookup_tree.jsonl (a rerun skips the settings already there;
+--report_only runs none); lookup_tree.md (overall and per category) and lookup_tree.png
+are rebuilt from it. Greedy output is checked against the target alone.
 `--chain_lengths` adds trees beside lookup chains of other lengths ("<draft>+ngram:3:L",
 L nodes, possibly deeper than the tree: a round then accepts up to L drafts).
 """
