@@ -90,11 +90,13 @@ def fit(params: dict, cfg: eagle3.Eagle3Config, target_params: dict, target_cfg,
 # ------------------------------------------------------------- the task in the one loop
 
 
-def init_draft(config, target, counts: Optional[np.ndarray] = None) -> tuple:
-  """(Eagle3Config, params) at initialisation from config.eagle3: n_layers, aux_layers (()
-  : EAGLE-3's (2, L/2, L-3)), draft_vocab_size (0: the target's; else the most frequent ids
-  of `counts`), norm flags, init_std. The layers take the target's widths and heads."""
-  e, tc = config.eagle3, target.cfg
+def init_draft(config, target, counts: Optional[np.ndarray] = None,
+               block: str = "eagle3") -> tuple:
+  """(Eagle3Config, params) at initialisation from config.eagle3 (or the config block named
+  `block`, e.g. P-EAGLE's): n_layers, aux_layers (() : EAGLE-3's (2, L/2, L-3)),
+  draft_vocab_size (0: the target's; else the most frequent ids of `counts`), norm flags,
+  init_std. The layers take the target's widths and heads."""
+  e, tc = config[block], target.cfg
   aux = tuple(e.get("aux_layers") or (2, tc.n_layers // 2, tc.n_layers - 3))
   vd = int(e.get("draft_vocab_size", 0)) or tc.vocab_size
   layer = ModelConfig("llama", tc.vocab_size, tc.d_model, int(e.get("n_layers", 1)),
@@ -106,7 +108,7 @@ def init_draft(config, target, counts: Optional[np.ndarray] = None) -> tuple:
                             **{k: bool(e.get(k, False)) for k in (
                                 "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")})
   if max(aux) > tc.n_layers or min(aux) < 0 or len(set(aux)) != len(aux):
-    raise ValueError(f"config.eagle3.aux_layers {aux} must be distinct ids in [0, {tc.n_layers}] "
+    raise ValueError(f"config.{block}.aux_layers {aux} must be distinct ids in [0, {tc.n_layers}] "
                      f"for a target of {tc.n_layers} layers.")
   ids = None
   if vd < tc.vocab_size:

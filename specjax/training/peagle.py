@@ -7,9 +7,15 @@ token at depths >= 1 (`peagle.cod_logits`), and predicts token j + d + 2, whose 
 distribution is the target's logits at position j + d + 1 (restricted to the draft
 vocabulary). Every anchor is taken at every depth (speculators subsamples deeper depths
 to save memory; its down-sampling only changes which elements are scored). The loss is
-KL(target || draft) averaged over the elements whose target position is in the row.
+KL(target || draft) averaged over the elements whose target position is in the row (and,
+given a loss mask, counts).
+
+The trainer's task (`peagle_task`, `train_peagle`) runs it in the one loop
+(`training.loop`) with EAGLE-3's pools and initialisation and the target as online teacher.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,19 +30,23 @@ def elements(t: int, depths: int) -> tuple:
 
 
 def peagle_loss(params: dict, cfg: peagle_lib.PEagleConfig, aux: jax.Array, seqs: jax.Array,
-                target_logits: jax.Array, lengths: jax.Array, depths: int) -> tuple:
+                target_logits: jax.Array, lengths: jax.Array, depths: int,
+                loss_mask: Optional[jax.Array] = None) -> tuple:
   """aux [B, T, A*Dt] the target's aux states, seqs [B, T] tokens, target_logits [B, T, V]
-  (position t predicts token t + 1), lengths [B] -> (loss, per-depth argmax agreement [K])."""
+  (position t predicts token t + 1), lengths [B], loss_mask [B, T] (optional: the positions
+  whose prediction counts, speculators' loss_mask) -> (loss, per-depth argmax agreement [K])."""
   b, t = seqs.shape
   anchor, depth = elements(t - 1, depths)
   pos = jnp.minimum(anchor + depth, t - 2)  # the element's own position (shifted sequence)
   logits = jax.vmap(lambda a, s: peagle_lib.cod_logits(params, cfg, a[None], s[None], anchor,
                                                        depth)[0])(aux[:, :-1], seqs[:, 1:])
   idx = jnp.minimum(anchor + depth + 1, t - 1)  # the target position it imitates
-  tgt = target_logits[:, idx]  # [B, M, V]
-  if "draft_ids" in params:
-    tgt = jnp.take(tgt, params["draft_ids"], axis=-1)
+  if "draft_ids" in params:  # restricted before the gather: [B, T, Vd], not [B, M, V]
+    target_logits = jnp.take(target_logits, params["draft_ids"], axis=-1)
+  tgt = target_logits[:, idx]  # [B, M, Vd]
   valid = ((anchor + depth + 1)[None] < lengths[:, None]) & (pos == anchor + depth)[None]
+  if loss_mask is not None:
+    valid = valid & (loss_mask[:, idx] > 0)
   log_p = jax.nn.log_softmax(tgt.astype(jnp.float32), -1)
   log_q = jax.nn.log_softmax(logits, -1)
   kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)  # [B, M]
@@ -45,3 +55,149 @@ def peagle_loss(params: dict, cfg: peagle_lib.PEagleConfig, aux: jax.Array, seqs
   per_depth = lambda x: x.reshape(b, depths, t - 1).sum((0, 2))
   return jnp.sum(w * kl) / jnp.maximum(jnp.sum(w), 1.0), per_depth(hit) / jnp.maximum(
       per_depth(w), 1.0)
+
+
+# ------------------------------------------------------------- the task in the one loop
+# As EAGLE-3's (`training.eagle3`): the same pools, draft initialisation and online teacher;
+# P-EAGLE adds mask_hidden and the mask token and scores every anchor at every depth.
+
+
+def init_draft(config, target, counts=None) -> tuple:
+  """(PEagleConfig, params) at initialisation from config.peagle: EAGLE-3's fields
+  (`training.eagle3.init_draft`) plus n_depths (parallel drafts per pass, speculators'
+  num_depths), mask_token_id (< 0 counts from the vocabulary's end) and mask_init_std
+  (mask_hidden ~ N(0, std^2); speculators' torch.randn: 1)."""
+  from specjax.training import eagle3 as eagle3_train
+  p, tc = config.peagle, target.cfg
+  mask, depths = int(p.get("mask_token_id", -1)), int(p.get("n_depths", 4))
+  if not -tc.vocab_size <= mask < tc.vocab_size or depths < 1:
+    raise ValueError(f"config.peagle: mask_token_id {mask} must lie in [-{tc.vocab_size}, "
+                     f"{tc.vocab_size}) and n_depths {depths} be >= 1.")
+  ev = config.get("eval")
+  if ev is not None and ev.get("engine") and int(ev.k) > depths:
+    raise ValueError(f"config.eval.k={ev.k} drafts more than config.peagle.n_depths={depths} "
+                     "the draft is trained for; lower eval.k or raise n_depths.")
+  e3, params = eagle3_train.init_draft(config, target, counts, block="peagle")
+  cfg = peagle_lib.PEagleConfig(eagle3=e3, mask_token_id=mask % tc.vocab_size, n_depths=depths)
+  if "embed" not in frozen_keys(config):  # its own copy: the step donates trained params
+    params["embed"] = jnp.array(params["embed"], copy=True)
+  key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 4)
+  params["mask_hidden"] = float(p.get("mask_init_std", 1.0)) * jax.random.normal(
+      key, (len(e3.aux_layers) * e3.target_d_model,))  # [A*Dt]
+  return cfg, params
+
+
+def frozen_keys(config) -> tuple:
+  """The draft vocabulary always; the embeddings unless config.peagle.train_embeddings
+  (speculators trains P-EAGLE's, embed_requires_grad=True; the export then carries them)."""
+  return ("draft_ids",) + (() if config.peagle.get("train_embeddings", False) else ("embed",))
+
+
+def teacher(target_params: dict, target_cfg, cfg: peagle_lib.PEagleConfig, seqs: jax.Array):
+  """seqs [B, T] -> (aux [B, T, A*Dt], logits [B, T, V]): the target's pass, online."""
+  from specjax.models.transformer import forward_hidden, head
+  h, _, aux = forward_hidden(target_params, target_cfg, seqs, collect=cfg.feature_layers)
+  return aux, head(target_params, target_cfg, h)
+
+
+def batch_loss(params, cfg, target_params, target_cfg, batch, depths: int) -> tuple:
+  """`peagle_loss` of a pool batch {"tokens" [B, T], "mask" [B, T]} with the online teacher."""
+  seqs = batch["tokens"]
+  aux, logits = teacher(target_params, target_cfg, cfg, seqs)
+  lengths = jnp.full(seqs.shape[:1], seqs.shape[1])  # the mask says which positions count
+  return peagle_loss(params, cfg, aux, seqs, logits, lengths, depths, loss_mask=batch["mask"])
+
+
+def make_train_step(cfg, target_cfg, tx, schedule):
+  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated."""
+  import optax
+
+  def step(state, frozen, target_params, batch):
+    f = lambda p: batch_loss({**frozen, **p}, cfg, target_params, target_cfg, batch,
+                             cfg.n_depths)
+    (value, agree), grads = jax.value_and_grad(f, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
+               **{f"agree_d{d}": a for d, a in enumerate(agree)}}
+    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state), metrics
+  return jax.jit(step, donate_argnums=(0,))
+
+
+def prepare(config, workdir, target, train_prompts, log=print) -> tuple:
+  """(cfg, params at initialisation, training pool): EAGLE-3's pools (cached in workdir)."""
+  from specjax.training import data as data_lib
+  from specjax.training import eagle3 as eagle3_train
+  pool = eagle3_train.pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
+                              jax.random.PRNGKey(config.seed), log)
+  counts = data_lib.token_frequencies([pool], target.cfg.vocab_size)
+  cfg, params = init_draft(config, target, counts)
+  return cfg, params, pool
+
+
+def peagle_task(config, workdir: str, target, train_prompts, heldout_prompts, log=print):
+  """A P-EAGLE draft as a `loop.Task`: target pools, `peagle_loss` over every anchor at
+  every depth with the target as online teacher, held-out agreement per depth and the
+  engine's greedy alpha (config.eval.k drafts, one draft pass a round)."""
+  from specjax.decoding.drafters import PEagleDrafter
+  from specjax.decoding.generate import generate
+  from specjax.training import data as data_lib
+  from specjax.training import eagle3 as eagle3_train
+  from specjax.training import loop
+  ev = config.eval
+  cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
+  held = eagle3_train.pool_of(config, workdir, target, {"heldout": data_lib.spread(
+      heldout_prompts, ev.get("num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
+  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
+  n, frozen = pool["tokens"].shape[0], frozen_keys(config)
+  held_agree = jax.jit(lambda p, tp, b: batch_loss(p, cfg, tp, target.cfg, b, cfg.n_depths)[1])
+
+  def evaluate(p) -> dict:
+    m = {f"heldout_agree_d{d}": float(a) for d, a in enumerate(held_agree(p, target.params,
+                                                                         held))}
+    if ev.engine:
+      res = generate(target, eval_prompts, ev.max_new_tokens, PEagleDrafter(params=p, cfg=cfg),
+                     k=ev.k)
+      m.update(alpha=res.stats.acceptance_rate, tokens_per_pass=res.stats.tokens_per_pass)
+    return m
+
+  def make_step(tx, schedule):
+    fn = make_train_step(cfg, target.cfg, tx, schedule)
+    return lambda state, frozen_params, batch: fn(state, frozen_params, target.params, batch)
+
+  return loop.Task(
+      name="peagle", params=params, trainable_keys=tuple(k for k in params if k not in frozen),
+      make_step=make_step,
+      batch_at=lambda step, *_: data_lib.take(
+          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
+      evaluate=evaluate, select=lambda m: m.get("alpha", m["heldout_agree_d0"]),
+      summary=lambda p: {"cfg": cfg, "params": p})
+
+
+def train_peagle(config, workdir: str, target, train_prompts, heldout_prompts, log=print,
+                 stop_at=None, max_seconds=None, progress: bool = False) -> dict:
+  """Trains a P-EAGLE draft for `target` in `workdir` with the one loop (resuming from its
+  newest checkpoint); stop_at / max_seconds as in `specjax.training.train.train`."""
+  import os
+  import time
+  from specjax.training import loop
+  started = time.monotonic()
+  os.makedirs(workdir, exist_ok=True)
+  task = peagle_task(config, workdir, target, train_prompts, heldout_prompts, log)
+  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
+                  max_seconds=max_seconds, started=started)
+
+
+def published(config, workdir: str, target, train_prompts, best: bool = True):
+  """A workdir's best (or latest) P-EAGLE draft as a `PublishedDraft` for
+  `draft_formats.save(draft, "speculators", out)` (speculators' peagle format)."""
+  from specjax.loading.draft_formats import PublishedDraft
+  from specjax.training import loop
+  from specjax.training.checkpoints import require_checkpoint
+  require_checkpoint(workdir, best)
+  cfg, params, _ = prepare(config, workdir, target, train_prompts, log=lambda *_: None)
+  frozen = frozen_keys(config)
+  params, step = loop.restore(params, tuple(k for k in params if k not in frozen), config,
+                              workdir, best=best)
+  return PublishedDraft(name=f"{workdir}@{step}", kind="peagle", fmt="specjax", cfg=cfg,
+                        params=params)
