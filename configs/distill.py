@@ -7,6 +7,7 @@
     python scripts/distill_medusa.py --config=configs/distill.py:medusa --workdir=/tmp/medusa_smollm2
     python scripts/distill_medusa.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/medusa_tiny
     python scripts/distill.py --config=configs/distill.py:eagle3_tiny --workdir=/tmp/eagle3_tiny
+    python scripts/distill.py --config=configs/distill.py:peagle_tiny --workdir=/tmp/peagle_tiny
     python scripts/export_hf.py --config=configs/distill.py --workdir=/tmp/distill_smollm2 \
         --asset=specjax/assets/smollm2-135m-draft-templated
 
@@ -20,6 +21,8 @@ Variants (each function below says what it trains and why):
   medusa_tiny  Medusa heads on the toy target, seconds
   eagle3       an EAGLE-3 draft for SmolLM2-135M (speculators-exportable; not yet run)
   eagle3_tiny  an EAGLE-3 draft on the toy target, seconds
+  peagle       a P-EAGLE draft for SmolLM2-135M (speculators' peagle format; not yet run)
+  peagle_tiny  a P-EAGLE draft on the toy target, seconds
 Configs of single past runs live in their experiment folder (experiments/*/config.py)
 and import this module. Rerunning a command on the same workdir resumes it.
 """
@@ -212,8 +215,36 @@ def eagle3_tiny():
   return _run(c, batch_size=32, num_steps=60, log_every=5, ckpt_every=20)
 
 
+def peagle():
+  """A P-EAGLE draft for SmolLM2-135M-Instruct: EAGLE-3's draft (one layer over fc(target
+  layer inputs (2, 15, 27)) and the token embedding, 4096-id draft vocabulary) plus the
+  learned mask_hidden and mask token <repo_name> (id 3, absent from chat data) read at the
+  parallel positions; trained for 4 depths (all 4 drafts in one draft pass) on every anchor
+  at every depth with the target as online teacher (`specjax.training.peagle`); the
+  embeddings train too, as speculators' P-EAGLE. Export with scripts/export_draft.py
+  (speculators' peagle format). Not yet run.
+  """
+  c = eagle3()
+  del c["eagle3"]
+  c.peagle = C(dict(n_layers=1, aux_layers=(2, 15, 27), draft_vocab_size=4096, init_std=0.02,
+                    n_depths=4, mask_token_id=3, mask_init_std=1.0, train_embeddings=True))
+  return c
+
+
+def peagle_tiny():
+  """A P-EAGLE draft on the toy target (2 layers, aux ids (0, 1, 2)) in seconds, 3 depths,
+  a 48-of-64 draft vocabulary and the last id as mask token: held-out agreement per depth
+  and the engine's alpha climb."""
+  c = eagle3_tiny()
+  del c["eagle3"]
+  c.peagle = C(dict(n_layers=1, aux_layers=(0, 1, 2), draft_vocab_size=48, init_std=0.1,
+                    n_depths=3, mask_token_id=-1, mask_init_std=1.0, train_embeddings=True))
+  return c
+
+
 VARIANTS = {"smollm2": smollm2, "tiny": tiny, "lm": lm, "selfgen": selfgen, "medusa": medusa,
-            "medusa_tiny": medusa_tiny, "eagle3": eagle3, "eagle3_tiny": eagle3_tiny}
+            "medusa_tiny": medusa_tiny, "eagle3": eagle3, "eagle3_tiny": eagle3_tiny,
+            "peagle": peagle, "peagle_tiny": peagle_tiny}
 
 
 def get_config(arg=None):

@@ -160,10 +160,10 @@ def load(path: str, target, name: Optional[str] = None, fmt: Optional[str] = Non
   return loader.load(path, target, name, fmt, **({} if dtype is None else {"dtype": dtype}))
 
 
-# Formats a draft can be written in (`save`): name -> writer module (its `save(draft, out_dir,
-# verifier)`), by the draft kinds each writes.
-WRITERS = {"speculators": ("speculators_format", ("eagle3",)),
-           "eagle3": ("eagle3_legacy", ("eagle3",))}
+# Formats a draft can be written in (`save`): name -> {draft kind: writer module (its
+# `save(draft, out_dir, verifier)`)}.
+WRITERS = {"speculators": {"eagle3": "speculators_format", "peagle": "peagle"},
+           "eagle3": {"eagle3": "eagle3_legacy"}}
 
 
 def save(draft: PublishedDraft, fmt: str, out_dir: str, verifier: Optional[str] = None) -> str:
@@ -171,8 +171,9 @@ def save(draft: PublishedDraft, fmt: str, out_dir: str, verifier: Optional[str] 
   (a hub id or path) for formats that record it. Returns out_dir."""
   if fmt not in WRITERS:
     raise ValueError(f"Unknown draft format {fmt!r} to write; known: {', '.join(WRITERS)}.")
-  module, kinds = WRITERS[fmt]
+  kinds = WRITERS[fmt]
   if draft.kind not in kinds:
     raise ValueError(f"A {draft.kind} draft cannot be written as {fmt!r} (it holds "
                      f"{', '.join(kinds)} drafts).")
-  return importlib.import_module(f"{PACKAGE}.{module}").save(draft, out_dir, verifier=verifier)
+  return importlib.import_module(f"{PACKAGE}.{kinds[draft.kind]}").save(draft, out_dir,
+                                                                         verifier=verifier)
