@@ -1,0 +1,104 @@
+"""P-EAGLE in the one trainer (configs/distill.py:peagle_tiny on the toy target): the loss
+falls and the engine's greedy chain alpha rises from ~0; a run stopped at a checkpoint and
+resumed ends with the uninterrupted run's params; the workdir exports in speculators'
+peagle format, which loads back and drafts as the trained draft does; greedy decoding with
+it is the target alone, with drafts both accepted and rejected."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax.api.draft_spec import resolve_drafter
+from specjax.decoding.drafters import PEagleDrafter
+from specjax.loading import draft_formats, load_model
+from specjax.models import peagle as peagle_lib
+from specjax.training import toy
+from specjax.training.evaluate import read_metrics
+from specjax.training.peagle import elements, published, teacher, train_peagle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # configs/ is importable from the repository root
+
+STEPS = 40
+quiet = lambda *_: None
+
+
+def config():
+  from configs.distill import get_config
+  c = get_config("peagle_tiny")
+  c.num_steps, c.eval.every, c.log_every, c.ckpt_every, c.keep_checkpoints = STEPS, STEPS, 1, 20, 2
+  return c
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  """The uninterrupted run: (config, target, train prompts, held-out prompts, workdir, summary)."""
+  c = config()
+  t = toy.toy_target(seed=c.seed, **c.toy)
+  train = toy.toy_prompts(c.prompts.num_train, c.seed + 1, t.cfg.vocab_size)
+  held = toy.toy_prompts(c.prompts.num_heldout, c.seed + 2, t.cfg.vocab_size)
+  workdir = str(tmp_path_factory.mktemp("peagle") / "wd")
+  return c, t, train, held, workdir, train_peagle(c, workdir, t, train, held, log=quiet)
+
+
+def test_loss_falls_and_alpha_rises(run):
+  _, _, _, _, workdir, summary = run
+  rows = read_metrics(workdir)
+  losses = [r["loss"] for r in rows if "loss" in r]
+  evals = [r for r in rows if "alpha" in r]
+  assert len(losses) == STEPS and [r["step"] for r in evals] == [0, STEPS]
+  assert np.mean(losses[-5:]) < 0.85 * np.mean(losses[:5]), losses
+  first, last = evals
+  assert first["alpha"] < 0.1 and last["alpha"] > 0.3, evals  # greedy chain, k = 3
+  assert last["heldout_agree_d1"] > first["heldout_agree_d1"] + 0.1, evals  # a mask depth learns
+  assert summary["latest_step"] == summary["best_step"] == STEPS
+
+
+def test_resume_equals_uninterrupted_run(run, tmp_path):
+  c, t, train, held, workdir, summary = run
+  resumed = str(tmp_path / "wd")
+  shutil.copytree(os.path.join(workdir, "data"), os.path.join(resumed, "data"))  # cached pools
+  c.eval.every = 0  # evaluation does not touch the state; skipping it saves the engine's compile
+  stopped = train_peagle(c, resumed, t, train, held, log=quiet, stop_at=20)
+  assert stopped["latest_step"] == 20
+  out = train_peagle(c, resumed, t, train, held, log=quiet)
+  assert out["latest_step"] == STEPS
+  jax.tree.map(np.testing.assert_array_equal, out["params"], summary["params"])
+  assert not np.array_equal(stopped["params"]["fc"]["kernel"], out["params"]["fc"]["kernel"])
+
+
+def test_export_reloads_and_decodes_like_the_target(run, tmp_path):
+  c, t, train, held, workdir, summary = run
+  draft = published(c, workdir, t, train)
+  out = draft_formats.save(draft, "speculators", str(tmp_path / "spec"), verifier="toy")
+  loaded = load_model(out, target=t)
+  drafter = resolve_drafter(loaded, t)
+  assert isinstance(drafter, PEagleDrafter) and drafter.cfg == summary["cfg"]
+  # the trained embeddings and mask travel with the export
+  for key in ("embed", "mask_hidden", "draft_ids"):
+    np.testing.assert_array_equal(np.asarray(drafter.params[key]), summary["params"][key])
+  trained = PEagleDrafter(params=summary["params"], cfg=summary["cfg"])
+  # drafts agree token by token: the argmax of every COD element of a held-out sequence
+  seq = jnp.asarray([held[0] + held[1]], jnp.int32)  # [1, T]
+  aux, _ = teacher(t.params, t.cfg, drafter.cfg, seq)
+  anchor, depth = elements(seq.shape[1] - 3, 3)
+  ids = [np.asarray(peagle_lib.cod_logits(d.params, d.cfg, aux, seq, anchor, depth)).argmax(-1)
+         for d in (trained, drafter)]
+  np.testing.assert_array_equal(*ids)
+  base = specjax.generate(t, held, 16)
+  res = {n: specjax.generate(t, held, 16, draft=d, k=3) for n, d in (("trained", trained),
+                                                                     ("loaded", drafter))}
+  for r in res.values():
+    assert r.tokens == base.tokens  # greedy: the target alone
+  np.testing.assert_array_equal(res["loaded"].stats.accepted, res["trained"].stats.accepted)
+  s = res["loaded"].stats
+  assert 0 < s.acceptance_rate < 1, s.acceptance_rate  # partial acceptance exercised
+  assert (s.checked - s.accepted).sum() >= 5 and s.accepted.sum() >= 10
+  assert (s.draft_passes == s.rounds).all()  # one draft pass a round
