@@ -102,3 +102,29 @@ def test_export_reloads_and_decodes_like_the_target(run, tmp_path):
   assert 0 < s.acceptance_rate < 1, s.acceptance_rate  # partial acceptance exercised
   assert (s.checked - s.accepted).sum() >= 5 and s.accepted.sum() >= 10
   assert (s.draft_passes == s.rounds).all()  # one draft pass a round
+
+
+@pytest.mark.real_model
+def test_smollm2_variant_builds_and_its_first_step_is_consistent():
+  """configs/distill.py:peagle (not run here): the draft initialises for SmolLM2-135M and
+  one training step, traced abstractly on a batch of the config's shape, returns params and
+  optimizer state of the shapes it was given, with one agreement per depth."""
+  from specjax.training import loop
+  from specjax.training.peagle import frozen_keys, init_draft, make_train_step
+  from configs.distill import get_config
+  c = get_config("peagle")
+  target = load_model(c.target)
+  counts = np.random.default_rng(0).integers(0, 100, target.cfg.vocab_size)
+  cfg, params = init_draft(c, target, counts)
+  assert (cfg.mask_token_id, cfg.n_depths, cfg.eagle3.draft_vocab_size) == (3, 4, 4096)
+  assert params["mask_hidden"].shape == (3 * target.cfg.d_model,)
+  state, frozen, tx, schedule = loop.init_state(
+      params, tuple(k for k in params if k not in frozen_keys(c)), c)
+  step = make_train_step(cfg, target.cfg, tx, schedule)
+  shape = (c.batch_size, c.data.seq_len)
+  batch = {"tokens": jax.ShapeDtypeStruct(shape, jnp.int32),
+           "mask": jax.ShapeDtypeStruct(shape, jnp.float32)}
+  new, metrics = jax.eval_shape(step, state, frozen, target.params, batch)
+  sd = lambda tree: jax.tree.map(lambda a: (a.shape, str(a.dtype)), tree)
+  assert sd(new.params) == sd(state.params) and sd(new.opt_state) == sd(state.opt_state)
+  assert sorted(k for k in metrics if k.startswith("agree_d")) == [f"agree_d{d}" for d in range(4)]
