@@ -232,11 +232,14 @@ def anchored_logits(params: dict, cfg: DFlashConfig, feats: jax.Array, tokens: j
 
 def init_params(cfg: DFlashConfig, key: jax.Array, embed_table: Optional[jax.Array] = None,
                 std: float = 0.3) -> dict:
-  """Random DFlash params for tests (the target's embeddings given, or random)."""
+  """Random DFlash params (tests; training's initialisation) over the target's embeddings
+  when given (else random ones)."""
   from specjax.models.params import init_params as init_layers
   lc = cfg.layers
   k1, k2, k3 = jax.random.split(key, 3)
-  base = init_layers(dataclasses.replace(lc, tie_embeddings=False), k1, std=std)
+  # the layers' stream; a random embedding only where none is given, no head (lm_head below)
+  base = init_layers(dataclasses.replace(lc, tie_embeddings=True, vocab_size=(
+      lc.vocab_size if embed_table is None else 1)), k1, std=std)
   vd = cfg.draft_vocab_size or lc.vocab_size
   n_aux = len(cfg.aux_layer_ids)
   params = {"embed": base["embed"] if embed_table is None else embed_table,
