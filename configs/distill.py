@@ -8,6 +8,7 @@
     python scripts/distill_medusa.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/medusa_tiny
     python scripts/distill.py --config=configs/distill.py:eagle3_tiny --workdir=/tmp/eagle3_tiny
     python scripts/distill.py --config=configs/distill.py:peagle_tiny --workdir=/tmp/peagle_tiny
+    python scripts/distill.py --config=configs/distill.py:dflash_tiny --workdir=/tmp/dflash_tiny
     python scripts/export_hf.py --config=configs/distill.py --workdir=/tmp/distill_smollm2 \
         --asset=specjax/assets/smollm2-135m-draft-templated
 
@@ -23,6 +24,8 @@ Variants (each function below says what it trains and why):
   eagle3_tiny  an EAGLE-3 draft on the toy target, seconds
   peagle       a P-EAGLE draft for SmolLM2-135M (speculators' peagle format; not yet run)
   peagle_tiny  a P-EAGLE draft on the toy target, seconds
+  dflash       a DFlash draft for SmolLM2-135M (speculators' dflash format; not yet run)
+  dflash_tiny  a DFlash draft on the toy target, seconds
 Configs of single past runs live in their experiment folder (experiments/*/config.py)
 and import this module. Rerunning a command on the same workdir resumes it.
 """
@@ -242,9 +245,40 @@ def peagle_tiny():
   return c
 
 
+def dflash():
+  """A DFlash (block diffusion) draft for SmolLM2-135M-Instruct: one Qwen3-style layer
+  (speculators' DFlash layer) whose keys and values include fc(target layer inputs
+  (2, 15, 27), speculators' default for 30 layers) at the context positions, a block of 8
+  (the anchor and 7 mask tokens <repo_name>, id 3, absent from chat data: 7 drafts from one
+  draft pass), a 4096-id draft vocabulary; trained on every anchor with speculators'
+  fixed-exp-decay KL (gamma 4) and the target as online teacher
+  (`specjax.training.dflash`); the embeddings stay the target's. Export with
+  scripts/export_draft.py (speculators' dflash format). Not yet run.
+  """
+  c = eagle3()
+  del c["eagle3"]
+  c.dflash = C(dict(n_layers=1, aux_layers=(2, 15, 27), block_size=8, mask_token_id=3,
+                    draft_vocab_size=4096, init_std=0.02, gamma=4.0))
+  c.eval.k = 7
+  return c
+
+
+def dflash_tiny():
+  """A DFlash draft on the toy target (2 layers, aux ids (0, 1, 2)) in seconds: a block of
+  4 (3 drafts a pass), a 48-of-64 draft vocabulary and the last id as mask token: held-out
+  agreement per slot and the engine's alpha climb."""
+  c = eagle3_tiny()
+  del c["eagle3"]
+  c.dflash = C(dict(n_layers=1, aux_layers=(0, 1, 2), block_size=4, mask_token_id=-1,
+                    draft_vocab_size=48, init_std=0.1, gamma=4.0))
+  c.optim = common.optim(lr=1e-2, warmup_steps=5, weight_decay=0.0)
+  return c
+
+
 VARIANTS = {"smollm2": smollm2, "tiny": tiny, "lm": lm, "selfgen": selfgen, "medusa": medusa,
             "medusa_tiny": medusa_tiny, "eagle3": eagle3, "eagle3_tiny": eagle3_tiny,
-            "peagle": peagle, "peagle_tiny": peagle_tiny}
+            "peagle": peagle, "peagle_tiny": peagle_tiny, "dflash": dflash,
+            "dflash_tiny": dflash_tiny}
 
 
 def get_config(arg=None):

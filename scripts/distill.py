@@ -5,11 +5,13 @@
     python scripts/distill.py --config=configs/distill.py --workdir=/tmp/d --config.mesh=2,4
     python scripts/distill.py --config=configs/distill.py:medusa_tiny --workdir=/tmp/m
     python scripts/distill.py --config=configs/distill.py:peagle_tiny --workdir=/tmp/p
+    python scripts/distill.py --config=configs/distill.py:dflash_tiny --workdir=/tmp/f
 
 The config's variant picks the task: a draft model (LM or feature draft), Medusa heads
 for a config with a `medusa` block (scripts/distill_medusa.py adds their export), or an
-EAGLE-3 draft for one with an `eagle3` block (`specjax.training.eagle3`), or a P-EAGLE
-draft for one with a `peagle` block (`specjax.training.peagle`); all run the one loop of
+EAGLE-3 draft for one with an `eagle3` block (`specjax.training.eagle3`), a P-EAGLE
+draft for one with a `peagle` block (`specjax.training.peagle`), or a DFlash draft for one
+with a `dflash` block (`specjax.training.dflash`); all run the one loop of
 `specjax.training.loop`.
 
 Rerunning the same command on the same workdir resumes from the newest checkpoint;
@@ -80,10 +82,13 @@ def main(argv):
   print(f"Target {target.name}, {n_train} train / {len(heldout_prompts)} held-out "
         f"prompts, {jax.device_count()} devices.", flush=True)
   from specjax.training.eagle3 import train_eagle3
+  from specjax.training.dflash import train_dflash
   from specjax.training.peagle import train_peagle
-  # the task: Medusa heads, an EAGLE-3 or P-EAGLE draft, or a draft model (LM or feature draft)
+  # the task: Medusa heads, an EAGLE-3, P-EAGLE or DFlash draft, or a draft model (LM or
+  # feature draft)
   run = (train_medusa if "medusa" in config else train_eagle3 if "eagle3" in config
-         else train_peagle if "peagle" in config else train)
+         else train_peagle if "peagle" in config else train_dflash if "dflash" in config
+         else train)
   summary = run(config, workdir, target, train_prompts, heldout_prompts,
                 log=lambda msg: print(msg, flush=True), stop_at=FLAGS.stop_at,
                 max_seconds=FLAGS.max_seconds, progress=True)

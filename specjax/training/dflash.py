@@ -1,4 +1,5 @@
-"""The DFlash objective (speculators' `DFlashDraftModel.forward` with its default loss).
+"""The DFlash objective (speculators' `DFlashDraftModel.forward` with its default loss) and
+its task in the one training loop.
 
 Axes: B batch, T positions, A anchors, N block size, L*D aux features, V / Vd vocabularies.
 
@@ -9,12 +10,22 @@ sample_from_anchor), whose target distribution is the target's logits at positio
 a + i - 1 (a + i), restricted to the draft vocabulary. The loss is the KL divergence
 KL(target || draft) per slot with speculators' "fixed-exp-decay" weights: slot
 `first_slot` + j weighs exp(-j / gamma) (the anchor slot 0 weighs 0 without
-sample_from_anchor), averaged over the weighted slots of valid anchors.
+sample_from_anchor), averaged over the weighted slots of valid anchors (and, given a
+loss mask, of slots whose predicted token counts: speculators' aligned loss mask).
+
+The trainer's task (`dflash_task`, `train_dflash`) runs it in the one loop
+(`training.loop`) with EAGLE-3's pools (`training.eagle3.pool_of`) and the target as
+online teacher; every anchor of a row is scored (speculators samples max_anchors).
 """
 from __future__ import annotations
 
+import os
+import time
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax.models import dflash as dflash_lib
 
@@ -28,27 +39,32 @@ def slot_weights(cfg: dflash_lib.DFlashConfig, gamma: float = 4.0) -> jax.Array:
 
 def dflash_loss(params: dict, cfg: dflash_lib.DFlashConfig, feats: jax.Array, tokens: jax.Array,
                 target_logits: jax.Array, anchors: jax.Array, valid: jax.Array,
-                gamma: float = 4.0) -> tuple:
+                gamma: float = 4.0, loss_mask: Optional[jax.Array] = None) -> tuple:
   """feats [B, T, L*D] the target's aux features, tokens [B, T], target_logits [B, T, V]
-  (position t predicts token t + 1), anchors [A], valid [B, A] -> (loss, metrics).
+  (position t predicts token t + 1), anchors [A], valid [B, A], loss_mask [B, T]
+  (optional: 1 where the prediction of token t + 1 counts, the pools' "mask")
+  -> (loss, metrics).
 
   metrics: "acc" [N] the draft's argmax agreement with the target's per slot (on the
-  draft vocabulary), "kl" the unweighted mean KL."""
+  draft vocabulary, over the slots that count), "kl" the unweighted mean KL."""
   n = cfg.block_size
   logits = dflash_lib.anchored_logits(params, cfg, feats, tokens, anchors)  # [B, A, N, Vd]
   shift = 0 if cfg.sample_from_anchor else -1
   idx = jnp.clip(anchors[:, None] + jnp.arange(n)[None] + shift, 0, tokens.shape[1] - 1)  # [A, N]
-  tgt = target_logits[:, idx]  # [B, A, N, V]
-  if "draft_ids" in params:
-    tgt = jnp.take(tgt, params["draft_ids"], axis=-1)  # [B, A, N, Vd]
+  if "draft_ids" in params:  # restricted before the gather: [B, T, Vd], not [B, A, N, V]
+    target_logits = jnp.take(target_logits, params["draft_ids"], axis=-1)
+  tgt = target_logits[:, idx]  # [B, A, N, Vd]
+  ok = jnp.broadcast_to(valid[:, :, None], logits.shape[:3])  # [B, A, N]
+  if loss_mask is not None:
+    ok = ok & (loss_mask[:, idx] > 0)
+  ok = ok.astype(jnp.float32)
   log_p = jax.nn.log_softmax(tgt.astype(jnp.float32), -1)
   log_q = jax.nn.log_softmax(logits, -1)
   kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)  # [B, A, N]
-  w = slot_weights(cfg, gamma)[None, None] * valid[:, :, None].astype(jnp.float32)  # [B, A, N]
+  w = slot_weights(cfg, gamma)[None, None] * ok  # [B, A, N]
   loss = jnp.sum(w * kl) / jnp.maximum(jnp.sum(w), 1e-9)
   hit = (jnp.argmax(logits, -1) == jnp.argmax(tgt, -1)).astype(jnp.float32)  # [B, A, N]
-  cnt = jnp.maximum(jnp.sum(valid.astype(jnp.float32)), 1.0)
-  metrics = {"acc": jnp.sum(hit * valid[:, :, None], (0, 1)) / cnt,
+  metrics = {"acc": jnp.sum(hit * ok, (0, 1)) / jnp.maximum(jnp.sum(ok, (0, 1)), 1.0),
              "kl": jnp.sum((w > 0) * kl) / jnp.maximum(jnp.sum(w > 0), 1)}
   return loss, metrics
 
@@ -62,90 +78,161 @@ def anchors_of(cfg: dflash_lib.DFlashConfig, lengths: jax.Array, t: int) -> tupl
   return anchors, valid
 
 
-# ------------------------------------------------------------------ the trainer's task
-
-def target_pool(target, drafter, prompts, max_new_tokens: int) -> dict:
-  """The target's greedy continuations of prompts and what the objective reads of them:
-  {"tokens" [N, T], "lengths" [N], "feats" [N, T, L*D], "logits" [N, T, V]} (numpy)."""
-  import numpy as np
-  from specjax.decoding.generate import generate
-  from specjax.models.interface import Decoder, target_pass
-  out = generate(target, prompts, max_new_tokens)
-  seqs = [list(p) + list(t) for p, t in zip(prompts, out.tokens)]
-  t = max(map(len, seqs))
-  tokens = np.asarray([s + [0] * (t - len(s)) for s in seqs], np.int32)
-  lengths = np.asarray([len(s) for s in seqs], np.int32)
-  dec = Decoder(params=target.params, cfg=target.cfg)
-  hidden, _, feats = jax.jit(lambda x, n: target_pass(dec, drafter.cfg.feature_layers, x,
-                                                      prefill=(n, t)))(tokens, lengths)
-  return {"tokens": tokens, "lengths": lengths, "feats": np.asarray(feats),
-          "logits": np.asarray(dec.head(hidden))}
+# ------------------------------------------------------------- the task in the one loop
+# As EAGLE-3's and P-EAGLE's (`training.eagle3`, `training.peagle`): the same pools, draft
+# vocabulary from the pool's counts and online teacher.
 
 
-def dflash_task(config, target, drafter, train_prompts, heldout_prompts, log=print):
-  """A DFlash draft (`drafter` at initialisation) as a `loop.Task`: the target's greedy
-  continuations as the pool, `dflash_loss` (config.dflash.gamma), held-out per-slot
-  agreement and the engine's greedy alpha (config.eval.k drafts) as the evaluation.
-  The target's embeddings and the draft vocabulary stay frozen."""
-  import numpy as np
+def init_draft(config, target, counts: Optional[np.ndarray] = None) -> tuple:
+  """(DFlashConfig, params) at initialisation from config.dflash: n_layers (Qwen3-style
+  layers of the target's widths and heads, speculators' layer class), aux_layers
+  (speculators' ids; () : (2, L/2, L-3)), block_size (N: N - 1 drafts a pass, N with
+  sample_from_anchor), mask_token_id (< 0 counts from the vocabulary's end),
+  draft_vocab_size (0: the target's, whose head the draft then shares, frozen, as
+  speculators does; else the most frequent ids of `counts`), init_std."""
+  from specjax.models import draft_vocab
+  from specjax.models.config import ModelConfig
+  d, tc = config.dflash, target.cfg
+  v = tc.vocab_size
+  aux = tuple(d.get("aux_layers") or (2, tc.n_layers // 2, tc.n_layers - 3))
+  vd, mask = int(d.get("draft_vocab_size", 0)) or v, int(d.get("mask_token_id", -1))
+  if not -v <= mask < v or not 0 < vd <= v:
+    raise ValueError(f"config.dflash: mask_token_id {mask} must lie in [-{v}, {v}) and "
+                     f"draft_vocab_size {vd} in [1, {v}] (the target's vocabulary).")
+  layers = ModelConfig("llama", v, tc.d_model, int(d.get("n_layers", 1)), tc.n_heads,
+                       tc.n_kv_heads, tc.head_dim, int(d.get("d_ff", 0)) or tc.d_ff,
+                       max_positions=tc.max_positions, norm_eps=tc.norm_eps,
+                       rope_theta=tc.rope_theta, tie_embeddings=False, qk_norm=True)
+  cfg = dflash_lib.DFlashConfig(layers=layers, block_size=int(d.get("block_size", 8)),
+                                aux_layer_ids=aux, mask_token_id=mask % v,
+                                sample_from_anchor=bool(d.get("sample_from_anchor", False)),
+                                draft_vocab_size=vd)
+  try:
+    dflash_lib.check_target(cfg, tc, "config.dflash")
+  except ValueError as e:
+    raise ValueError(f"{e} (set config.dflash for this target)") from None
+  ev = config.get("eval")
+  if ev is not None and ev.get("engine") and int(ev.k) > cfg.n_drafts:
+    raise ValueError(f"config.eval.k={ev.k} drafts more than the {cfg.n_drafts} a block of "
+                     f"config.dflash.block_size={cfg.block_size} gives; lower eval.k or raise "
+                     "block_size.")
+  key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 5)
+  params = dflash_lib.init_params(cfg, key, jnp.asarray(target.params["embed"])[:v],
+                                  std=float(d.get("init_std", 0.02)))
+  if vd < v:
+    d2t, t2d = draft_vocab.vocab_from_frequencies(counts, vd, v)
+    params["draft_ids"] = jnp.asarray(draft_vocab.check_vocab(d2t, t2d, v, vd), jnp.int32)
+  else:  # the target's head (as the speculators loader fills it in)
+    tp = target.params
+    kernel = tp["embed"].T if tc.tie_embeddings else tp["lm_head"]["kernel"]  # [D, V]
+    params["lm_head"] = {"kernel": jnp.asarray(np.asarray(kernel)[:, :v], jnp.float32)}
+  return cfg, params
+
+
+def frozen_keys(params: dict) -> tuple:
+  """The target's embeddings and the draft vocabulary; the head too without one (a
+  full-vocabulary DFlash draft reads the target's, and its export leaves it out)."""
+  return ("embed", "draft_ids") + (() if "draft_ids" in params else ("lm_head",))
+
+
+def batch_loss(params, cfg, target_params, target_cfg, batch, gamma: float) -> tuple:
+  """`dflash_loss` of a pool batch {"tokens" [B, T], "mask" [B, T]} over every anchor,
+  with the target's pass (aux features and logits) computed online."""
+  from specjax.training.peagle import teacher
+  tokens = batch["tokens"]
+  feats, logits = teacher(target_params, target_cfg, cfg, tokens)
+  anchors, valid = anchors_of(cfg, jnp.full(tokens.shape[:1], tokens.shape[1]), tokens.shape[1])
+  return dflash_loss(params, cfg, feats, tokens, logits, anchors, valid, gamma,
+                     loss_mask=batch["mask"])
+
+
+def make_train_step(cfg, target_cfg, tx, schedule, gamma: float):
+  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated."""
   import optax
-  from specjax.training import data as data_lib
-  from specjax.training import loop
-  cfg, gamma = drafter.cfg, config.dflash.gamma
-  pool = target_pool(target, drafter, train_prompts, config.data.max_new_tokens)
-  held = target_pool(target, drafter, heldout_prompts, config.data.max_new_tokens)
-  log(f"DFlash pool: {pool['tokens'].shape[0]} training / {held['tokens'].shape[0]} held-out "
-      "sequences.")
-  frozen_keys = ("embed", "draft_ids")
 
-  def loss_of(params, batch):
-    anchors, valid = anchors_of(cfg, batch["lengths"], batch["tokens"].shape[1])
-    return dflash_loss(params, cfg, batch["feats"], batch["tokens"], batch["logits"], anchors,
-                       valid, gamma)
+  def step(state, frozen, target_params, batch):
+    f = lambda p: batch_loss({**frozen, **p}, cfg, target_params, target_cfg, batch, gamma)
+    (value, m), grads = jax.value_and_grad(f, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
+               **{f"acc_s{i}": a for i, a in enumerate(m["acc"]) if i >= cfg.first_slot}}
+    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state), metrics
+  return jax.jit(step, donate_argnums=(0,))
+
+
+def prepare(config, workdir, target, train_prompts, log=print) -> tuple:
+  """(cfg, params at initialisation, training pool): EAGLE-3's pools (cached in workdir)."""
+  from specjax.training import data as data_lib
+  from specjax.training import eagle3 as eagle3_train
+  pool = eagle3_train.pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
+                              jax.random.PRNGKey(config.seed), log)
+  counts = data_lib.token_frequencies([pool], target.cfg.vocab_size)
+  cfg, params = init_draft(config, target, counts)
+  return cfg, params, pool
+
+
+def dflash_task(config, workdir: str, target, train_prompts, heldout_prompts, log=print):
+  """A DFlash draft as a `loop.Task`: target pools, `dflash_loss` (config.dflash.gamma)
+  over every anchor with the target as online teacher, held-out agreement per slot and
+  the engine's greedy alpha (config.eval.k drafts, one draft pass a round)."""
+  from specjax.decoding.drafters import DFlashDrafter
+  from specjax.decoding.generate import generate
+  from specjax.training import data as data_lib
+  from specjax.training import eagle3 as eagle3_train
+  from specjax.training import loop
+  ev, gamma = config.eval, float(config.dflash.get("gamma", 4.0))
+  cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
+  held = eagle3_train.pool_of(config, workdir, target, {"heldout": data_lib.spread(
+      heldout_prompts, ev.get("num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
+  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
+  n, frozen = pool["tokens"].shape[0], frozen_keys(params)
+  held_acc = jax.jit(lambda p, tp, b: batch_loss(p, cfg, tp, target.cfg, b, gamma)[1]["acc"])
+
+  def evaluate(p) -> dict:
+    acc = held_acc(p, target.params, held)
+    m = {f"heldout_acc_s{i}": float(a) for i, a in enumerate(acc) if i >= cfg.first_slot}
+    if ev.engine:
+      res = generate(target, eval_prompts, ev.max_new_tokens, DFlashDrafter(params=p, cfg=cfg),
+                     k=ev.k)
+      m.update(alpha=res.stats.acceptance_rate, tokens_per_pass=res.stats.tokens_per_pass)
+    return m
 
   def make_step(tx, schedule):
-    @jax.jit
-    def step(state, frozen, batch):
-      (loss, m), g = jax.value_and_grad(lambda p: loss_of({**frozen, **p}, batch),
-                                        has_aux=True)(state.params)
-      updates, opt_state = tx.update(g, state.opt_state, state.params)
-      state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                            opt_state=opt_state)
-      return state, {"loss": loss, "lr": schedule(state.step),
-                     **{f"acc_s{i}": a for i, a in enumerate(m["acc"])}}
-    return step
+    fn = make_train_step(cfg, target.cfg, tx, schedule, gamma)
+    return lambda state, frozen_params, batch: fn(state, frozen_params, target.params, batch)
 
-  held_j = jax.tree.map(jnp.asarray, held)
-
-  def evaluate(params) -> dict:
-    _, m = jax.jit(loss_of)(params, held_j)
-    out = {f"heldout_acc_s{i}": float(a) for i, a in enumerate(m["acc"]) if i >= cfg.first_slot}
-    if config.eval.engine:
-      from specjax.decoding.generate import generate
-      res = generate(target, list(heldout_prompts), config.eval.max_new_tokens,
-                     drafter=drafter.replace(params=params), k=config.eval.k)
-      out["alpha"] = float(res.stats.acceptance_rate)
-    return out
-
-  n = pool["tokens"].shape[0]
   return loop.Task(
-      name="dflash", params=drafter.params,
-      trainable_keys=tuple(k for k in drafter.params if k not in frozen_keys),
+      name="dflash", params=params, trainable_keys=tuple(k for k in params if k not in frozen),
       make_step=make_step,
       batch_at=lambda step, *_: data_lib.take(
           pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
-      evaluate=evaluate,
-      select=lambda m: m.get("alpha", float(np.mean([v for k, v in m.items()
-                                                      if k.startswith("heldout_acc")]))),
-      summary=lambda p: {"params": p})
+      evaluate=evaluate, select=lambda m: m.get("alpha", m[f"heldout_acc_s{cfg.first_slot}"]),
+      summary=lambda p: {"cfg": cfg, "params": p})
 
 
-def train_dflash(config, workdir: str, target, drafter, train_prompts, heldout_prompts,
-                 log=print, progress: bool = False, stop_at=None) -> dict:
-  """Trains a DFlash draft in workdir with the one training loop (resuming from its newest
-  checkpoint). Returns loop.run's summary ({"metrics", "latest_step", "best_step", "params"})."""
-  import os
+def train_dflash(config, workdir: str, target, train_prompts, heldout_prompts, log=print,
+                 stop_at=None, max_seconds=None, progress: bool = False) -> dict:
+  """Trains a DFlash draft for `target` in `workdir` with the one loop (resuming from its
+  newest checkpoint); stop_at / max_seconds as in `specjax.training.train.train`."""
   from specjax.training import loop
+  started = time.monotonic()
   os.makedirs(workdir, exist_ok=True)
-  task = dflash_task(config, target, drafter, train_prompts, heldout_prompts, log)
-  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at)
+  task = dflash_task(config, workdir, target, train_prompts, heldout_prompts, log)
+  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
+                  max_seconds=max_seconds, started=started)
+
+
+def published(config, workdir: str, target, train_prompts, best: bool = True):
+  """A workdir's best (or latest) DFlash draft as a `PublishedDraft` for
+  `draft_formats.save(draft, "speculators", out)` (speculators' dflash format)."""
+  from specjax.loading.draft_formats import PublishedDraft
+  from specjax.training import loop
+  from specjax.training.checkpoints import require_checkpoint
+  require_checkpoint(workdir, best)
+  cfg, params, _ = prepare(config, workdir, target, train_prompts, log=lambda *_: None)
+  frozen = frozen_keys(params)
+  params, step = loop.restore(params, tuple(k for k in params if k not in frozen), config,
+                              workdir, best=best)
+  return PublishedDraft(name=f"{workdir}@{step}", kind="dflash", fmt="specjax", cfg=cfg,
+                        params=params)
