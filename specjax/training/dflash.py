@@ -10,8 +10,13 @@ sample_from_anchor), whose target distribution is the target's logits at positio
 a + i - 1 (a + i), restricted to the draft vocabulary. The loss is the KL divergence
 KL(target || draft) per slot with speculators' "fixed-exp-decay" weights: slot
 `first_slot` + j weighs exp(-j / gamma) (the anchor slot 0 weighs 0 without
-sample_from_anchor), averaged over the weighted slots of valid anchors (and, given a
-loss mask, of slots whose predicted token counts: speculators' aligned loss mask).
+sample_from_anchor), summed over the slots that count and divided by their number (plus
+speculators' 1e-5), as speculators' `loss_function`. A slot counts where its anchor is
+valid, it predicts (not the anchor slot without sample_from_anchor) and, given a loss
+mask, the token it predicts is one the mask names (speculators' aligned loss mask).
+Unlike speculators, every anchor is scored (not max_anchors drawn at random), and an
+anchor need not be a masked token itself: the last prompt token anchors the first round
+at inference, so its block is trained too.
 
 The trainer's task (`dflash_task`, `train_dflash`) runs it in the one loop
 (`training.loop`) with EAGLE-3's pools (`training.eagle3.pool_of`) and the target as
@@ -57,12 +62,12 @@ def dflash_loss(params: dict, cfg: dflash_lib.DFlashConfig, feats: jax.Array, to
   ok = jnp.broadcast_to(valid[:, :, None], logits.shape[:3])  # [B, A, N]
   if loss_mask is not None:
     ok = ok & (loss_mask[:, idx] > 0)
-  ok = ok.astype(jnp.float32)
+  ok = (ok & (jnp.arange(n) >= cfg.first_slot)).astype(jnp.float32)  # [B, A, N]
   log_p = jax.nn.log_softmax(tgt.astype(jnp.float32), -1)
   log_q = jax.nn.log_softmax(logits, -1)
   kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)  # [B, A, N]
   w = slot_weights(cfg, gamma)[None, None] * ok  # [B, A, N]
-  loss = jnp.sum(w * kl) / jnp.maximum(jnp.sum(w), 1e-9)
+  loss = jnp.sum(w * kl) / (jnp.sum(ok) + 1e-5)
   hit = (jnp.argmax(logits, -1) == jnp.argmax(tgt, -1)).astype(jnp.float32)  # [B, A, N]
   metrics = {"acc": jnp.sum(hit * ok, (0, 1)) / jnp.maximum(jnp.sum(ok, (0, 1)), 1.0),
              "kl": jnp.sum((w > 0) * kl) / jnp.maximum(jnp.sum(w > 0), 1)}
