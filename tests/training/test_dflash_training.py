@@ -106,6 +106,49 @@ def test_export_reloads_and_decodes_like_the_target(run, tmp_path):
   assert (s.draft_passes == s.rounds).all()  # one draft pass a round
 
 
+def test_loss_is_speculators_on_the_pool_mask():
+  """dflash_loss on a pool batch equals speculators' compute_metrics (loss and per-slot
+  accuracy) fed the targets and aligned loss mask its `_backbone_forward` builds for the same
+  anchors: target logits at a + i - 1, the token mask at a + i, anchor slots zeroed. Controls:
+  the mask shifted by one position, and the weight-normalised mean, both differ."""
+  import torch
+  from speculators.losses.eager import kl_div_loss
+  from speculators.models.dflash.metrics import compute_metrics
+  from specjax.training.dflash import anchors_of, batch_loss, init_draft
+  c = config()
+  t = toy.toy_target(seed=c.seed, **c.toy)
+  cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))  # random draft, 48 of 64 ids
+  b, n, g = 2, cfg.block_size, float(c.dflash.gamma)
+  tokens = np.random.default_rng(0).integers(1, 63, (b, 14)).astype(np.int32)
+  mask = np.zeros(tokens.shape, np.float32)  # token p + 1 is a continuation: prompts of 3, 6
+  mask[0, 2:12], mask[1, 5:13] = 1, 1
+  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+  loss, m = batch_loss(params, cfg, t.params, t.cfg, batch, g)
+  # speculators' side: its targets and aligned mask, built from its own rules
+  feats, tl = teacher(t.params, t.cfg, cfg, batch["tokens"])
+  anchors, valid = anchors_of(cfg, jnp.full((b,), tokens.shape[1]), tokens.shape[1])
+  logits = np.asarray(dflash_lib.anchored_logits(params, cfg, feats, batch["tokens"], anchors))
+  tl = np.asarray(tl)[..., np.asarray(params["draft_ids"])]  # [B, T, Vd]
+  t_len = tokens.shape[1]
+  blocks = np.asarray(anchors)[:, None] + np.arange(n)[None]  # [A, N] anchored block indices
+  targets = tl[:, (blocks - 1) % t_len]  # [B, A, N, Vd]: roll by one, then gather
+  token_mask = np.concatenate([np.zeros((b, 1)), mask[:, :-1]], 1)  # token p counts
+  aligned = token_mask[:, np.minimum(blocks, t_len - 1)] * np.asarray(valid)[:, :, None]
+  aligned[:, :, 0] = 0  # the anchor slot
+  flat = lambda x: torch.tensor(np.asarray(x, np.float32).reshape(1, b * len(anchors) * n,
+                                                                 *x.shape[3:]))
+  ref, ref_m = compute_metrics(flat(logits), flat(targets), flat(aligned), block_size=n, gamma=g,
+                               loss_config={"kl_div": (kl_div_loss, 1.0)})
+  np.testing.assert_allclose(float(loss), float(ref), rtol=1e-5)
+  for i in range(1, n):
+    acc = float(ref_m[f"position_{i}_acc_sum"] / ref_m[f"position_{i}_acc_total"])
+    np.testing.assert_allclose(float(m["acc"][i]), acc, rtol=1e-5)
+  shifted = dict(batch, mask=jnp.asarray(np.roll(mask, 1, axis=1)))
+  assert abs(float(batch_loss(params, cfg, t.params, t.cfg, shifted, g)[0]) - float(ref)) > 1e-3
+  w = np.exp(-np.maximum(np.arange(n) - 1, 0) / g) * (np.arange(n) > 0) * aligned
+  assert abs(float(ref) * aligned.sum() / w.sum() - float(ref)) > 1e-3
+
+
 @pytest.mark.real_model
 def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   """configs/distill.py:dflash (not run here): the draft initialises for SmolLM2-135M and
