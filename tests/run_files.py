@@ -135,9 +135,11 @@ def main(argv=None) -> int:
   parser.add_argument("--jobs", type=int, default=2, help="files run at once (default 2)")
   parser.add_argument("--timeout", type=float, default=1200.0,
                       help="seconds one file may run before it is killed (default 1200)")
-  parser.add_argument("--no-shared-cache", dest="shared_cache", action="store_false",
-                      help="each file compiles all its programs (no compilation cache shared "
-                           "by the run's files)")
+  parser.add_argument("--shared-cache", action="store_true",
+                      help="share one fresh jax compilation cache between the run's files (off "
+                           "by default: two files that compiled the same program at the same "
+                           "moment read a broken entry, 'NOT_FOUND: Function ... not found', and "
+                           "files share few programs, so it saved little)")
   args = parser.parse_args(argv)
   if args.jobs < 1 or args.timeout <= 0:
     parser.error("--jobs must be at least 1 and --timeout positive")
