@@ -2,7 +2,7 @@
 
     python scripts/eval_draft.py --config=configs/distill.py:selfgen \
         --asset=specjax/assets/smollm2-135m-draft --num_prompts=16 --max_new=48 \
-        --speed_prompts=4 --speed_ks=2,4 --out=experiments/distill_smollm2/results.json
+        --speed_prompts=4 --speed_ks=2,4 --out=/tmp/eval_selfgen.json
     python scripts/eval_draft.py ... --prompts=heldout            # the templated held-out split
     python scripts/eval_draft.py ... --prompts=path/to/question.jsonl --num_prompts=0  # Spec-Bench
 

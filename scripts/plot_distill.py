@@ -1,7 +1,7 @@
 """Plots a distillation run's curves from its workdir's metrics.jsonl.
 
     python scripts/plot_distill.py --workdir=/tmp/distill_smollm2
-    python scripts/plot_distill.py --workdir=DIR --out=experiments/distill_smollm2/training.png
+    python scripts/plot_distill.py --workdir=DIR --out=experiments/distill_smollm2/selfgen/training.png
 
 Left: the training loss; right: the held-out acceptance rate alpha and top-1 agreement
 measured with the real speculative engine every `eval.every` steps (the acceptance

@@ -4,7 +4,7 @@ Why not one long-lived pytest-xdist worker per core: in 4 of about 15 clean-clon
 once in CI, XLA's CPU compiler crashed (SIGSEGV or SIGABRT inside `backend_compile_and_load` or the
 executable's serialisation), always in a worker 11-14 minutes and hundreds of compiled
 programs into the run, and xdist's `--dist loadfile` scheduler then waited forever for the
-replaced worker (pytest-xdist#784, #1323; experiments/test_run/), so CI ran into its limit.
+replaced worker (pytest-xdist#784, #1323; experiments/test_run/ in git history before 69a5cc7), so CI ran into its limit.
 Here each file starts in a fresh interpreter, so no process accumulates more than one
 file's programs; a file that runs past `--timeout` is killed and reported; and a file
 whose process a signal kills (a crash in XLA, not a failed assertion) is run once more,
