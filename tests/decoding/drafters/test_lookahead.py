@@ -80,13 +80,3 @@ def test_bad_input_is_a_clear_error():
     specjax.generate(LLAMA, [[1, 2]], 4, draft="lookahead:40,5,20", max_cache_len=128)
   with pytest.raises(ValueError, match="use tree=None"):
     specjax.generate(LLAMA, [[1, 2]], 4, draft="lookahead:3,3", tree="static:2,2")
-
-
-@pytest.mark.real_model
-def test_greedy_identical_on_smollm2():
-  target = specjax.load_model("smollm2-135m")
-  prompts = [target.encode(p, chat=True) for p in
-             ["Count from one to ten in words.", "Repeat after me: red, green, blue."]]
-  base = specjax.generate(target, prompts, 16)
-  out = specjax.generate(target, prompts, 16, draft="lookahead:4,3")
-  assert out.tokens == base.tokens

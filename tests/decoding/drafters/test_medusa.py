@@ -197,22 +197,3 @@ def test_more_drafts_than_heads_is_a_clear_error():
 
 
 # -------------------------------------------------------------------- real model
-
-
-@pytest.mark.real_model
-def test_greedy_identical_on_smollm2():
-  target = specjax.load_model("smollm2-135m")
-  prompts = [target.encode(p, chat=True) for p in
-             ["List three fruits.", "Rewrite in the passive voice: The cat chased the dog."]]
-  from specjax.api import resolve_drafter
-  from specjax.loading import registry
-  if "smollm2-135m-medusa" in registry.REGISTRY:  # the shipped heads
-    drafter = resolve_drafter("smollm2-135m-medusa", target)
-  else:  # zero-initialised heads (each = the target's own head)
-    cfg = medusa_lib.MedusaConfig(n_heads=3, d_model=target.cfg.d_model,
-                                  vocab_size=target.cfg.vocab_size)
-    drafter = MedusaDrafter.for_target(cfg, medusa_lib.init_medusa(cfg), target)
-  base = specjax.generate(target, prompts, 12)
-  for tree in (None, "static:2,2,1"):
-    out = specjax.generate(target, prompts, 12, draft=drafter, k=3, tree=tree)
-    assert out.tokens == base.tokens, tree
