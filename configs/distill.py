@@ -193,7 +193,10 @@ def eagle3():
   fc(target layer inputs (2, 15, 27)) and the token embedding, a 4096-id draft vocabulary
   (d2t/t2d, the most frequent continuation ids), the training-time test over 3 steps with
   the target as online teacher (`specjax.training.eagle3`). Export the result in
-  speculators' format (what vLLM reads) with scripts/export_draft.py. Not yet run to the end.
+  speculators' format (what vLLM reads) with scripts/export_draft.py. Run to step 270 of 800
+  (experiments/eagle3_smollm2/): 192 prompts with one greedy continuation each overfit (train
+  agreement 0.87, held-out 0.28 at the third step); a comparable run needs the feature draft's
+  prompt sets and continuations.
   """
   c = medusa()
   del c["medusa"]
