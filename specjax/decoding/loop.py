@@ -82,12 +82,14 @@ def _decoder(target, target_cfg):
   return target if target_cfg is None else Decoder(params=target, cfg=target_cfg)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "eos_ids", "max_len", "tree", "target_cfg"))
+@functools.partial(jax.jit, static_argnames=("eos_ids", "max_len", "target_cfg"))
 def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
-            key: jax.Array, sampling: sampling_lib.TracedSampling, *, k: int, eos_ids: tuple,
-            max_len: int, tree=None, target_cfg=None) -> LoopState:
+            key: jax.Array, sampling: sampling_lib.TracedSampling, *, eos_ids: tuple,
+            max_len: int, target_cfg=None) -> LoopState:
   """The prompt bucket in one pass, the first new token from the target, and the loop's
-  initial state. Compiled apart from the rounds: its passes have many rows.
+  initial state without its counters (`rounds` adds them: their shapes follow k and the
+  tree, which the prefill does not read, so one prefill program serves every k and tree).
+  Compiled apart from the rounds: its passes have many rows.
   max_new and sampling's numbers are traced (one program for all their values)."""
   target = _decoder(target, target_cfg)
   b, p_len = prompt.shape
@@ -100,14 +102,21 @@ def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new:
   tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
   tokens = tokens.at[rows, prompt_lens].set(first)
   _, done = jax.vmap(lambda t: _finish(t[None], 1, 0, max_new, eos_ids))(first)
-  r = _reach(k, tree)
   return LoopState(
       tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache,
       draft_state=drafter.init(target.params, prompt, prompt_lens, max_len, feats), done=done,
       key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
-      rounds=jnp.zeros((b,), jnp.int32), checked=jnp.zeros((b, r), jnp.int32),
-      accepted=jnp.zeros((b, r), jnp.int32), path_lengths=jnp.zeros((b, r + 1), jnp.int32),
+      rounds=jnp.zeros((b,), jnp.int32), checked=None, accepted=None, path_lengths=None,
+      rank_hits=None)
+
+
+def _with_counters(s: LoopState, r: int, tree) -> LoopState:
+  """The per-position counters, zero, for r candidates a round (prefill leaves them None)."""
+  b = s.rounds.shape[0]
+  return s.replace(
+      checked=jnp.zeros((b, r), jnp.int32), accepted=jnp.zeros((b, r), jnp.int32),
+      path_lengths=jnp.zeros((b, r + 1), jnp.int32),
       rank_hits=jnp.zeros((b, r, 1 if tree is None else tree.max_children), jnp.int32))
 
 
@@ -121,6 +130,8 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
   The cache length is the state's (`prefill`'s max_len)."""
   target = _decoder(target, target_cfg)
   r = _reach(k, tree)  # candidates per round: r drafts and the target's token
+  if state.checked is None:  # straight from `prefill`
+    state = _with_counters(state, r, tree)
 
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
@@ -179,8 +190,7 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   """
   if isinstance(sampling, sampling_lib.SamplingParams):
     sampling = sampling.traced()
-  statics = dict(k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg)
   state = prefill(target, drafter, prompt, prompt_lens, max_new, key, sampling, max_len=max_len,
-                  **statics)
+                  eos_ids=eos_ids, target_cfg=target_cfg)
   return rounds(target, drafter, state, prompt_lens, max_new, sampling, verifier=verifier,
-                **statics)
+                k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg)
