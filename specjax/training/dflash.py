@@ -19,20 +19,20 @@ anchor need not be a masked token itself: the last prompt token anchors the firs
 at inference, so its block is trained too.
 
 The trainer's task (`dflash_task`, `train_dflash`) runs it in the one loop
-(`training.loop`) with EAGLE-3's pools (`training.eagle3.pool_of`) and the target as
+(`training.loop`, through `training.online`) with the target's sampled pools and the target as
 online teacher; every anchor of a row is scored (speculators samples max_anchors).
 """
 from __future__ import annotations
 
-import os
-import time
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.decoding.drafters import DFlashDrafter
 from specjax.models import dflash as dflash_lib
+from specjax.training import online
 
 
 def slot_weights(cfg: dflash_lib.DFlashConfig, gamma: float = 4.0) -> jax.Array:
@@ -151,93 +151,44 @@ def batch_loss(params, cfg, target_params, target_cfg, batch, gamma: float) -> t
                      loss_mask=batch["mask"])
 
 
+def _gamma(config) -> float:
+  return float(config.dflash.get("gamma", 4.0))
+
+
+KIND = online.OnlineDraft(
+    name="dflash", init_draft=init_draft, frozen=lambda config, params: frozen_keys(params),
+    loss=lambda config, cfg, target_cfg: _pool_loss(cfg, target_cfg, _gamma(config)),
+    metrics=lambda cfg, m: {f"acc_s{i}": a for i, a in enumerate(m["acc"]) if i >= cfg.first_slot},
+    drafter=DFlashDrafter)
+
+
+def _pool_loss(cfg, target_cfg, gamma: float):
+  return lambda p, tp, b: batch_loss(p, cfg, tp, target_cfg, b, gamma)
+
+
 def make_train_step(cfg, target_cfg, tx, schedule, gamma: float):
   """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated."""
-  import optax
-
-  def step(state, frozen, target_params, batch):
-    f = lambda p: batch_loss({**frozen, **p}, cfg, target_params, target_cfg, batch, gamma)
-    (value, m), grads = jax.value_and_grad(f, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
-               **{f"acc_s{i}": a for i, a in enumerate(m["acc"]) if i >= cfg.first_slot}}
-    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                         opt_state=opt_state), metrics
-  return jax.jit(step, donate_argnums=(0,))
-
-
-def prepare(config, workdir, target, train_prompts, log=print) -> tuple:
-  """(cfg, params at initialisation, training pool): EAGLE-3's pools (cached in workdir)."""
-  from specjax.training import data as data_lib
-  from specjax.training import eagle3 as eagle3_train
-  pool = eagle3_train.pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
-                              jax.random.PRNGKey(config.seed), log)
-  counts = data_lib.token_frequencies([pool], target.cfg.vocab_size)
-  cfg, params = init_draft(config, target, counts)
-  return cfg, params, pool
+  return online.make_train_step(_pool_loss(cfg, target_cfg, gamma),
+                                lambda aux: KIND.metrics(cfg, aux), tx, schedule)
 
 
 def dflash_task(config, workdir: str, target, train_prompts, heldout_prompts, log=print):
-  """A DFlash draft as a `loop.Task`: target pools, `dflash_loss` (config.dflash.gamma)
-  over every anchor with the target as online teacher, held-out agreement per slot and
-  the engine's greedy alpha (config.eval.k drafts, one draft pass a round)."""
-  from specjax.decoding.drafters import DFlashDrafter
-  from specjax.decoding.generate import generate
-  from specjax.training import data as data_lib
-  from specjax.training import eagle3 as eagle3_train
-  from specjax.training import loop
-  ev, gamma = config.eval, float(config.dflash.get("gamma", 4.0))
-  cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
-  held = eagle3_train.pool_of(config, workdir, target, {"heldout": data_lib.spread(
-      heldout_prompts, ev.get("num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
-  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
-  n, frozen = pool["tokens"].shape[0], frozen_keys(params)
-  held_acc = jax.jit(lambda p, tp, b: batch_loss(p, cfg, tp, target.cfg, b, gamma)[1]["acc"])
-
-  def evaluate(p) -> dict:
-    acc = held_acc(p, target.params, held)
-    m = {f"heldout_acc_s{i}": float(a) for i, a in enumerate(acc) if i >= cfg.first_slot}
-    if ev.engine:
-      res = generate(target, eval_prompts, ev.max_new_tokens, DFlashDrafter(params=p, cfg=cfg),
-                     k=ev.k)
-      m.update(alpha=res.stats.acceptance_rate, tokens_per_pass=res.stats.tokens_per_pass)
-    return m
-
-  def make_step(tx, schedule):
-    fn = make_train_step(cfg, target.cfg, tx, schedule, gamma)
-    return lambda state, frozen_params, batch: fn(state, frozen_params, target.params, batch)
-
-  return loop.Task(
-      name="dflash", params=params, trainable_keys=tuple(k for k in params if k not in frozen),
-      make_step=make_step,
-      batch_at=lambda step, *_: data_lib.take(
-          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
-      evaluate=evaluate, select=lambda m: m.get("alpha", m[f"heldout_acc_s{cfg.first_slot}"]),
-      summary=lambda p: {"cfg": cfg, "params": p})
+  """A DFlash draft as a `loop.Task` (`online.task`): target pools, `dflash_loss`
+  (config.dflash.gamma) over every anchor with the target as online teacher, held-out
+  agreement per slot and the engine's greedy alpha (config.eval.k drafts, one draft pass a
+  round)."""
+  return online.task(KIND, config, workdir, target, train_prompts, heldout_prompts, log)
 
 
 def train_dflash(config, workdir: str, target, train_prompts, heldout_prompts, log=print,
                  stop_at=None, max_seconds=None, progress: bool = False) -> dict:
   """Trains a DFlash draft for `target` in `workdir` with the one loop (resuming from its
   newest checkpoint); stop_at / max_seconds as in `specjax.training.train.train`."""
-  from specjax.training import loop
-  started = time.monotonic()
-  os.makedirs(workdir, exist_ok=True)
-  task = dflash_task(config, workdir, target, train_prompts, heldout_prompts, log)
-  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
-                  max_seconds=max_seconds, started=started)
+  return online.train(KIND, config, workdir, target, train_prompts, heldout_prompts, log,
+                      stop_at, max_seconds, progress)
 
 
 def published(config, workdir: str, target, train_prompts, best: bool = True):
   """A workdir's best (or latest) DFlash draft as a `PublishedDraft` for
   `draft_formats.save(draft, "speculators", out)` (speculators' dflash format)."""
-  from specjax.loading.draft_formats import PublishedDraft
-  from specjax.training import loop
-  from specjax.training.checkpoints import require_checkpoint
-  require_checkpoint(workdir, best)
-  cfg, params, _ = prepare(config, workdir, target, train_prompts, log=lambda *_: None)
-  frozen = frozen_keys(params)
-  params, step = loop.restore(params, tuple(k for k in params if k not in frozen), config,
-                              workdir, best=best)
-  return PublishedDraft(name=f"{workdir}@{step}", kind="dflash", fmt="specjax", cfg=cfg,
-                        params=params)
+  return online.published(KIND, config, workdir, target, train_prompts, best)

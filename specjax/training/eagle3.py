@@ -10,8 +10,6 @@ draft ids), by forward KL; step s is weighted decay**s.
 """
 from __future__ import annotations
 
-import os
-import time
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -20,15 +18,11 @@ import numpy as np
 import optax
 
 from specjax.decoding.drafters import Eagle3Drafter
-from specjax.decoding.generate import generate
 from specjax.models import draft_vocab, eagle3
 from specjax.models.config import ModelConfig
 from specjax.models.transformer import forward_hidden, head
-from specjax.training import data as data_lib
-from specjax.training import loop
+from specjax.training import loop, online
 from specjax.training.losses import forward_kl, masked_mean
-from specjax.training.pools import pool_path, sampled_pool
-from specjax.training.step import TrainState
 
 FROZEN_KEYS = ("embed", "draft_ids")  # the target's embeddings and the draft vocabulary
 
@@ -120,79 +114,30 @@ def init_draft(config, target, counts: Optional[np.ndarray] = None,
   return cfg, params
 
 
-def pool_of(config, workdir, target, prompts: dict, key, log=print) -> dict:
-  """The target's continuations of each prompt set at each config.data temperature (cached
-  in workdir/data as eagle3_pool_{set}_T{t})."""
-  parts = []
-  for i, (name, rows) in enumerate(prompts.items()):
-    for j, temp in enumerate(config.data.temperatures):
-      parts.append(sampled_pool(target, rows, config.data, temperature=temp,
-                                key=jax.random.fold_in(key, 10 * i + j),
-                                path=pool_path(workdir, f"eagle3_pool_{name}_T{temp:g}"), log=log,
-                                what=repr(name)))
-  return data_lib.concat_batches(parts)
+def pool_loss(config, cfg: eagle3.Eagle3Config, target_cfg) -> Callable:
+  """(params, target_params, batch) -> the training-time-test `loss` of a pool batch
+  {"tokens" [B, T+1], "mask" [B, T+1]}, the target's pass computed online."""
+  e = config.eagle3
+  steps, decay = int(e.get("ttt_steps", 3)), float(e.get("decay", 1.0))
 
-
-def make_train_step(cfg, target_cfg, tx, schedule, steps: int, decay: float):
-  """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated. The
-  teacher (aux states and logits) is the target's pass over the batch, online."""
-  def step(state: TrainState, frozen, target_params, batch):
+  def f(params, target_params, batch):
     seqs = batch["tokens"]
     aux, logits = teacher(target_params, target_cfg, cfg, seqs)
-    f = lambda p: loss({**frozen, **p}, cfg, aux, seqs, logits, batch["mask"], steps, decay)
-    (value, agree), grads = jax.value_and_grad(f, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
-               **{f"agree_s{s}": a for s, a in enumerate(agree)}}
-    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                         opt_state=opt_state), metrics
-  return jax.jit(step, donate_argnums=(0,))
+    return loss(params, cfg, aux, seqs, logits, batch["mask"], steps, decay)
+  return f
 
 
-def prepare(config, workdir, target, train_prompts, log=print) -> tuple:
-  """(cfg, params at initialisation, training pool)."""
-  pool = pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
-                 jax.random.PRNGKey(config.seed), log)
-  cfg, params = init_draft(config, target, data_lib.token_frequencies([pool], target.cfg.vocab_size))
-  return cfg, params, pool
+KIND = online.OnlineDraft(
+    name="eagle3", init_draft=init_draft, frozen=lambda config, params: FROZEN_KEYS,
+    loss=pool_loss, metrics=lambda cfg, agree: {f"agree_s{s}": a for s, a in enumerate(agree)},
+    drafter=Eagle3Drafter)
 
 
 def eagle3_task(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
                 log: Callable = print) -> loop.Task:
-  """An EAGLE-3 draft as a `loop.Task`: target pools, the training-time-test loss with the
-  target as online teacher, held-out agreement per step and the engine's alpha."""
-  e, ev = config.eagle3, config.eval
-  cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
-  held = pool_of(config, workdir, target, {"heldout": data_lib.spread(heldout_prompts, ev.get(
-      "num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
-  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
-  n, steps, decay = pool["tokens"].shape[0], int(e.get("ttt_steps", 3)), float(e.get("decay", 1.0))
-
-  @jax.jit
-  def held_agree(p, target_params, b):
-    aux, logits = teacher(target_params, target.cfg, cfg, b["tokens"])
-    return loss(p, cfg, aux, b["tokens"], logits, b["mask"], steps)[1]
-
-  def evaluate(p) -> dict:
-    agree = held_agree(p, target.params, held)
-    m = {f"heldout_agree_s{s}": float(a) for s, a in enumerate(agree)}
-    if ev.engine:
-      res = generate(target, eval_prompts, ev.max_new_tokens, Eagle3Drafter(params=p, cfg=cfg),
-                     k=ev.k)
-      m.update(alpha=res.stats.acceptance_rate, tokens_per_pass=res.stats.tokens_per_pass)
-    return m
-
-  def make_step(tx, schedule):
-    fn = make_train_step(cfg, target.cfg, tx, schedule, steps, decay)
-    return lambda state, frozen, batch: fn(state, frozen, target.params, batch)
-
-  return loop.Task(
-      name="eagle3", params=params, trainable_keys=tuple(k for k in params if k not in FROZEN_KEYS),
-      make_step=make_step,
-      batch_at=lambda step, *_: data_lib.take(
-          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
-      evaluate=evaluate, select=lambda m: m.get("alpha", m["heldout_agree_s0"]),
-      summary=lambda p: {"cfg": cfg, "params": p})
+  """An EAGLE-3 draft as a `loop.Task` (`online.task`): target pools, the training-time-test
+  loss with the target as online teacher, held-out agreement per step and the engine's alpha."""
+  return online.task(KIND, config, workdir, target, train_prompts, heldout_prompts, log)
 
 
 def train_eagle3(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,
@@ -200,27 +145,11 @@ def train_eagle3(config, workdir: str, target, train_prompts, heldout_prompts: S
                  max_seconds: Optional[float] = None, progress: bool = False) -> dict:
   """Trains an EAGLE-3 draft for `target` in `workdir`, resuming from its newest checkpoint;
   stop_at / max_seconds as in `specjax.training.train.train`."""
-  started = time.monotonic()
-  os.makedirs(workdir, exist_ok=True)
-  task = eagle3_task(config, workdir, target, train_prompts, heldout_prompts, log)
-  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
-                  max_seconds=max_seconds, started=started)
-
-
-def restore_eagle3(config, workdir: str, target, train_prompts, best: bool = True) -> tuple:
-  """(cfg, params, step) of a workdir's best (or latest) checkpoint."""
-  cfg, params, _ = prepare(config, workdir, target, train_prompts, log=lambda *_: None)
-  params, step = loop.restore(params, tuple(k for k in params if k not in FROZEN_KEYS), config,
-                              workdir, best=best)
-  return cfg, params, step
+  return online.train(KIND, config, workdir, target, train_prompts, heldout_prompts, log,
+                      stop_at, max_seconds, progress)
 
 
 def published(config, workdir: str, target, train_prompts, best: bool = True):
   """A workdir's best (or latest) EAGLE-3 draft as a `PublishedDraft`, for
   `draft_formats.save` (speculators' format or the legacy layout)."""
-  from specjax.loading.draft_formats import PublishedDraft
-  from specjax.training.checkpoints import require_checkpoint
-  require_checkpoint(workdir, best)
-  cfg, params, step = restore_eagle3(config, workdir, target, train_prompts, best)
-  return PublishedDraft(name=f"{workdir}@{step}", kind="eagle3", fmt="specjax", cfg=cfg,
-                        params=params)
+  return online.published(KIND, config, workdir, target, train_prompts, best)

@@ -20,7 +20,9 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from specjax.decoding.drafters import PEagleDrafter
 from specjax.models import peagle as peagle_lib
+from specjax.training import online
 
 
 def elements(t: int, depths: int) -> tuple:
@@ -108,96 +110,36 @@ def batch_loss(params, cfg, target_params, target_cfg, batch, depths: int) -> tu
   return peagle_loss(params, cfg, aux, seqs, logits, lengths, depths, loss_mask=batch["mask"])
 
 
+KIND = online.OnlineDraft(
+    name="peagle", init_draft=init_draft, frozen=lambda config, params: frozen_keys(config),
+    loss=lambda config, cfg, target_cfg: lambda p, tp, b: batch_loss(p, cfg, tp, target_cfg, b,
+                                                                     cfg.n_depths),
+    metrics=lambda cfg, agree: {f"agree_d{d}": a for d, a in enumerate(agree)},
+    drafter=PEagleDrafter)
+
+
 def make_train_step(cfg, target_cfg, tx, schedule):
   """Jitted (state, frozen, target_params, batch) -> (state, metrics); state donated."""
-  import optax
-
-  def step(state, frozen, target_params, batch):
-    f = lambda p: batch_loss({**frozen, **p}, cfg, target_params, target_cfg, batch,
-                             cfg.n_depths)
-    (value, agree), grads = jax.value_and_grad(f, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
-               **{f"agree_d{d}": a for d, a in enumerate(agree)}}
-    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                         opt_state=opt_state), metrics
-  return jax.jit(step, donate_argnums=(0,))
-
-
-def prepare(config, workdir, target, train_prompts, log=print) -> tuple:
-  """(cfg, params at initialisation, training pool): EAGLE-3's pools (cached in workdir)."""
-  from specjax.training import data as data_lib
-  from specjax.training import eagle3 as eagle3_train
-  pool = eagle3_train.pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
-                              jax.random.PRNGKey(config.seed), log)
-  counts = data_lib.token_frequencies([pool], target.cfg.vocab_size)
-  cfg, params = init_draft(config, target, counts)
-  return cfg, params, pool
+  return online.make_train_step(KIND.loss(None, cfg, target_cfg),
+                                lambda aux: KIND.metrics(cfg, aux), tx, schedule)
 
 
 def peagle_task(config, workdir: str, target, train_prompts, heldout_prompts, log=print):
-  """A P-EAGLE draft as a `loop.Task`: target pools, `peagle_loss` over every anchor at
-  every depth with the target as online teacher, held-out agreement per depth and the
-  engine's greedy alpha (config.eval.k drafts, one draft pass a round)."""
-  from specjax.decoding.drafters import PEagleDrafter
-  from specjax.decoding.generate import generate
-  from specjax.training import data as data_lib
-  from specjax.training import eagle3 as eagle3_train
-  from specjax.training import loop
-  ev = config.eval
-  cfg, params, pool = prepare(config, workdir, target, train_prompts, log)
-  held = eagle3_train.pool_of(config, workdir, target, {"heldout": data_lib.spread(
-      heldout_prompts, ev.get("num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
-  eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
-  n, frozen = pool["tokens"].shape[0], frozen_keys(config)
-  held_agree = jax.jit(lambda p, tp, b: batch_loss(p, cfg, tp, target.cfg, b, cfg.n_depths)[1])
-
-  def evaluate(p) -> dict:
-    m = {f"heldout_agree_d{d}": float(a) for d, a in enumerate(held_agree(p, target.params,
-                                                                         held))}
-    if ev.engine:
-      res = generate(target, eval_prompts, ev.max_new_tokens, PEagleDrafter(params=p, cfg=cfg),
-                     k=ev.k)
-      m.update(alpha=res.stats.acceptance_rate, tokens_per_pass=res.stats.tokens_per_pass)
-    return m
-
-  def make_step(tx, schedule):
-    fn = make_train_step(cfg, target.cfg, tx, schedule)
-    return lambda state, frozen_params, batch: fn(state, frozen_params, target.params, batch)
-
-  return loop.Task(
-      name="peagle", params=params, trainable_keys=tuple(k for k in params if k not in frozen),
-      make_step=make_step,
-      batch_at=lambda step, *_: data_lib.take(
-          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
-      evaluate=evaluate, select=lambda m: m.get("alpha", m["heldout_agree_d0"]),
-      summary=lambda p: {"cfg": cfg, "params": p})
+  """A P-EAGLE draft as a `loop.Task` (`online.task`): target pools, `peagle_loss` over every
+  anchor at every depth with the target as online teacher, held-out agreement per depth and
+  the engine's greedy alpha (config.eval.k drafts, one draft pass a round)."""
+  return online.task(KIND, config, workdir, target, train_prompts, heldout_prompts, log)
 
 
 def train_peagle(config, workdir: str, target, train_prompts, heldout_prompts, log=print,
                  stop_at=None, max_seconds=None, progress: bool = False) -> dict:
   """Trains a P-EAGLE draft for `target` in `workdir` with the one loop (resuming from its
   newest checkpoint); stop_at / max_seconds as in `specjax.training.train.train`."""
-  import os
-  import time
-  from specjax.training import loop
-  started = time.monotonic()
-  os.makedirs(workdir, exist_ok=True)
-  task = peagle_task(config, workdir, target, train_prompts, heldout_prompts, log)
-  return loop.run(task, config, workdir, log=log, progress=progress, stop_at=stop_at,
-                  max_seconds=max_seconds, started=started)
+  return online.train(KIND, config, workdir, target, train_prompts, heldout_prompts, log,
+                      stop_at, max_seconds, progress)
 
 
 def published(config, workdir: str, target, train_prompts, best: bool = True):
   """A workdir's best (or latest) P-EAGLE draft as a `PublishedDraft` for
   `draft_formats.save(draft, "speculators", out)` (speculators' peagle format)."""
-  from specjax.loading.draft_formats import PublishedDraft
-  from specjax.training import loop
-  from specjax.training.checkpoints import require_checkpoint
-  require_checkpoint(workdir, best)
-  cfg, params, _ = prepare(config, workdir, target, train_prompts, log=lambda *_: None)
-  frozen = frozen_keys(config)
-  params, step = loop.restore(params, tuple(k for k in params if k not in frozen), config,
-                              workdir, best=best)
-  return PublishedDraft(name=f"{workdir}@{step}", kind="peagle", fmt="specjax", cfg=cfg,
-                        params=params)
+  return online.published(KIND, config, workdir, target, train_prompts, best)

@@ -5,47 +5,24 @@ peagle format, which loads back and drafts as the trained draft does; greedy dec
 it is the target alone, with drafts both accepted and rejected."""
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import specjax
 from specjax.api.draft_spec import resolve_drafter
 from specjax.decoding.drafters import PEagleDrafter
 from specjax.loading import draft_formats, load_model
 from specjax.models import peagle as peagle_lib
-from specjax.training import toy
 from specjax.training.evaluate import read_metrics
 from specjax.training.peagle import elements, published, teacher, train_peagle
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)  # configs/ is importable from the repository root
-
-STEPS = 40
-quiet = lambda *_: None
-
-
-def config():
-  from configs.distill import get_config
-  c = get_config("peagle_tiny")
-  c.num_steps, c.eval.every, c.log_every, c.ckpt_every, c.keep_checkpoints = STEPS, STEPS, 1, 20, 2
-  return c
+from online_runs import STEPS, check_decodes_like_the_target, check_resume, toy_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   """The uninterrupted run: (config, target, train prompts, held-out prompts, workdir, summary)."""
-  c = config()
-  t = toy.toy_target(seed=c.seed, **c.toy)
-  train = toy.toy_prompts(c.prompts.num_train, c.seed + 1, t.cfg.vocab_size)
-  held = toy.toy_prompts(c.prompts.num_heldout, c.seed + 2, t.cfg.vocab_size)
-  workdir = str(tmp_path_factory.mktemp("peagle") / "wd")
-  return c, t, train, held, workdir, train_peagle(c, workdir, t, train, held, log=quiet)
+  return toy_run("peagle_tiny", train_peagle, str(tmp_path_factory.mktemp("peagle") / "wd"))
 
 
 def test_loss_falls_and_alpha_rises(run):
@@ -62,16 +39,7 @@ def test_loss_falls_and_alpha_rises(run):
 
 
 def test_resume_equals_uninterrupted_run(run, tmp_path):
-  c, t, train, held, workdir, summary = run
-  resumed = str(tmp_path / "wd")
-  shutil.copytree(os.path.join(workdir, "data"), os.path.join(resumed, "data"))  # cached pools
-  c.eval.every = 0  # evaluation does not touch the state; skipping it saves the engine's compile
-  stopped = train_peagle(c, resumed, t, train, held, log=quiet, stop_at=20)
-  assert stopped["latest_step"] == 20
-  out = train_peagle(c, resumed, t, train, held, log=quiet)
-  assert out["latest_step"] == STEPS
-  jax.tree.map(np.testing.assert_array_equal, out["params"], summary["params"])
-  assert not np.array_equal(stopped["params"]["fc"]["kernel"], out["params"]["fc"]["kernel"])
+  check_resume(run, train_peagle, str(tmp_path / "wd"))
 
 
 def test_export_reloads_and_decodes_like_the_target(run, tmp_path):
@@ -92,16 +60,7 @@ def test_export_reloads_and_decodes_like_the_target(run, tmp_path):
   ids = [np.asarray(peagle_lib.cod_logits(d.params, d.cfg, aux, seq, anchor, depth)).argmax(-1)
          for d in (trained, drafter)]
   np.testing.assert_array_equal(*ids)
-  base = specjax.generate(t, held, 16)
-  res = {n: specjax.generate(t, held, 16, draft=d, k=3) for n, d in (("trained", trained),
-                                                                     ("loaded", drafter))}
-  for r in res.values():
-    assert r.tokens == base.tokens  # greedy: the target alone
-  np.testing.assert_array_equal(res["loaded"].stats.accepted, res["trained"].stats.accepted)
-  s = res["loaded"].stats
-  assert 0 < s.acceptance_rate < 1, s.acceptance_rate  # partial acceptance exercised
-  assert (s.checked - s.accepted).sum() >= 5 and s.accepted.sum() >= 10
-  assert (s.draft_passes == s.rounds).all()  # one draft pass a round
+  check_decodes_like_the_target(t, held, trained, drafter)
 
 
 @pytest.mark.real_model
