@@ -112,7 +112,7 @@ def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new:
 
 
 def _with_counters(s: LoopState, r: int, tree) -> LoopState:
-  """The per-position counters, zero, for r candidates a round (prefill leaves them None)."""
+  """The state with its per-position counters at zero, for r candidates a round."""
   b = s.rounds.shape[0]
   return s.replace(
       checked=jnp.zeros((b, r), jnp.int32), accepted=jnp.zeros((b, r), jnp.int32),
@@ -130,8 +130,7 @@ def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: j
   The cache length is the state's (`prefill`'s max_len)."""
   target = _decoder(target, target_cfg)
   r = _reach(k, tree)  # candidates per round: r drafts and the target's token
-  if state.checked is None:  # straight from `prefill`
-    state = _with_counters(state, r, tree)
+  state = _with_counters(state, r, tree)  # `prefill` leaves them to the rounds
 
   def round_(s: LoopState) -> LoopState:
     key, draft_key, verify_key = jax.random.split(s.key, 3)
