@@ -251,18 +251,24 @@ def peagle_tiny():
 def dflash():
   """A DFlash (block diffusion) draft for SmolLM2-135M-Instruct: one Qwen3-style layer
   (speculators' DFlash layer) whose keys and values include fc(target layer inputs
-  (2, 15, 27), speculators' default for 30 layers) at the context positions, a block of 8
-  (the anchor and 7 mask tokens <repo_name>, id 3, absent from chat data: 7 drafts from one
-  draft pass), a 4096-id draft vocabulary; trained on every anchor with speculators'
-  fixed-exp-decay KL (gamma 4) and the target as online teacher
-  (`specjax.training.dflash`); the embeddings stay the target's. Export with
-  scripts/export_draft.py (speculators' dflash format). Not yet run.
+  (2, 15, 27), speculators' default for 30 layers) at the context positions, a block of 9
+  (the anchor and 8 mask tokens <repo_name>, id 3, absent from chat data: k = 8 drafts from
+  one draft pass), a 4096-id draft vocabulary; speculators' fixed-exp-decay KL (gamma 4);
+  the embeddings stay the target's (`specjax.training.dflash`). Sized for a 2-core CPU:
+  one temperature-1 and one greedy continuation (64 tokens) of each training-split prompt
+  with the target's top-32 teacher and features stored once (data.teacher = "topk"; "online"
+  runs the target in every step, ~20 s a step here) and 32 anchors a row drawn per step
+  (speculators' max_anchors). Export with scripts/export_draft.py (speculators' dflash
+  format). experiments/parallel_drafting/ has the run.
   """
   c = eagle3()
   del c["eagle3"]
-  c.dflash = C(dict(n_layers=1, aux_layers=(2, 15, 27), block_size=8, mask_token_id=3,
-                    draft_vocab_size=4096, init_std=0.02, gamma=4.0))
-  c.eval.k = 7
+  c.prompts.num_train = 0  # the whole training split
+  c.data = C(dict(temperatures=(1.0, 0.0), max_new_tokens=64, seq_len=192, sample_batch_size=32,
+                  teacher="topk", teacher_top_k=32))
+  c.dflash = C(dict(n_layers=1, aux_layers=(2, 15, 27), block_size=9, mask_token_id=3,
+                    draft_vocab_size=4096, init_std=0.02, gamma=4.0, max_anchors=32))
+  c.eval.k = 8
   return c
 
 

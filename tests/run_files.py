@@ -10,7 +10,10 @@ file's programs; a file that runs past `--timeout` is killed and reported; and a
 whose process a signal kills (a crash in XLA, not a failed assertion) is run once more,
 and said so. A file with a failing test is never rerun.
 
-  python tests/run_files.py [-m MARKEXPR] [--jobs N] [--timeout S] [files or folders ...]
+  python tests/run_files.py [-m MARKEXPR] [--jobs N] [--timeout S] [--record] [files or folders ...]
+
+Files start slowest first by tests/file_seconds.json (`--record` rewrites it from a run), so
+the two jobs end together.
 
 Prints one line per file as it finishes, the whole output of any file that failed, and
 a total; exits 1 if any file failed.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -32,6 +36,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+SECONDS = os.path.join(HERE, "file_seconds.json")  # CPU seconds per file, for the order
 # What pytest's last line counts ("== 12 passed, 1 skipped in 3.4s =="; "2 errors"), in the
 # order of the total, whichever file ends first.
 KINDS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected")
@@ -114,17 +119,38 @@ def _tests_under(folder: str) -> list:
           for f in files if f.startswith("test_") and f.endswith(".py")]
 
 
-def find_test_files(paths: list) -> list:
+def read_seconds(path: str = SECONDS) -> dict:
+  """{file relative to the repository: CPU seconds} of a recorded run ({} without one)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
+def write_seconds(results: list, path: str = SECONDS) -> None:
+  """Records each passing file's CPU seconds (`--record`), keeping the other files' entries."""
+  known = read_seconds(path)
+  known.update({os.path.relpath(r.path, ROOT): r.cpu for r in results if r.ok and r.cpu})
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(dict(sorted(known.items())), f, indent=1)
+    f.write("\n")
+
+
+def find_test_files(paths: list, seconds: dict | None = None) -> list:
   """The test files to run (a folder stands for the test files under it; default: all of
-  tests/), largest first (a rough proxy for slowest first, so the last files to start
-  are short ones and the jobs end together)."""
+  tests/), slowest first, so the last files to start are short ones and the jobs end
+  together: by the CPU seconds `seconds` records (default: tests/file_seconds.json), files
+  it does not know first (they may be long), largest first."""
   if not paths:
     paths = [HERE]
   missing = [p for p in paths if not os.path.exists(p)]
   if missing:
     raise SystemExit(f"run_files: no such test file: {', '.join(missing)}")
-  files = [f for p in paths for f in (_tests_under(p) if os.path.isdir(p) else [p])]
-  return sorted({os.path.abspath(f) for f in files}, key=os.path.getsize, reverse=True)
+  seconds = read_seconds() if seconds is None else seconds
+  files = {os.path.abspath(f) for p in paths for f in (_tests_under(p) if os.path.isdir(p) else [p])}
+  known = lambda f: seconds.get(os.path.relpath(f, ROOT))
+  return sorted(files, key=lambda f: (known(f) is not None, -(known(f) or os.path.getsize(f))))
 
 
 def main(argv=None) -> int:
@@ -140,6 +166,9 @@ def main(argv=None) -> int:
                            "by default: two files that compiled the same program at the same "
                            "moment read a broken entry, 'NOT_FOUND: Function ... not found', and "
                            "files share few programs, so it saved little)")
+  parser.add_argument("--record", action="store_true",
+                      help="write each passing file's CPU seconds to tests/file_seconds.json, "
+                           "the order later runs start the files in (slowest first)")
   args = parser.parse_args(argv)
   if args.jobs < 1 or args.timeout <= 0:
     parser.error("--jobs must be at least 1 and --timeout positive")
@@ -187,6 +216,8 @@ def _run_all(files: list, pytest_args: list, args) -> int:
   with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
     list(pool.map(job, files))
 
+  if args.record:
+    write_seconds(results)
   failed = [r for r in results if not r.ok]
   for r in failed:
     print(f"\n{'=' * 30} {os.path.relpath(r.path, ROOT)} {'=' * 30}\n{r.output}", flush=True)

@@ -86,3 +86,19 @@ def test_folders_stand_for_their_test_files(tmp_path):
   found = run_files.find_test_files([])
   assert os.path.join(run_files.HERE, "stub", "test_loop_stub.py") in found
   assert os.path.join(run_files.HERE, "test_run_files.py") in found
+
+
+def test_files_start_slowest_first_by_the_record(tmp_path):
+  """Known files by their recorded seconds, slowest first; unknown ones before them, largest
+  first; --record writes a run's seconds and keeps the other files' entries."""
+  files = {n: _write(tmp_path, f"test_{n}.py", "def test_a(): pass\n" + "#" * size)
+           for n, size in (("a", 10), ("b", 500), ("c", 100), ("d", 50))}
+  rel = lambda n: os.path.relpath(files[n], run_files.ROOT)
+  order = run_files.find_test_files([str(tmp_path)], {rel("a"): 90, rel("b"): 5, rel("c"): 30})
+  assert order == [files["d"], files["a"], files["c"], files["b"]]
+  record = str(tmp_path / "seconds.json")
+  run_files.write_seconds([run_files.FileResult(files["a"], 0, 1.0, "cpu 7 s")], record)
+  run_files.write_seconds([run_files.FileResult(files["b"], 0, 1.0, "cpu 3 s"),
+                           run_files.FileResult(files["c"], 1, 1.0, "cpu 9 s")], record)
+  assert run_files.read_seconds(record) == {rel("a"): 7, rel("b"): 3}  # c failed: not recorded
+

@@ -206,15 +206,18 @@ def anchored_logits(params: dict, cfg: DFlashConfig, feats: jax.Array, tokens: j
   """Cache-free: for each anchor a (context = positions < a of one sequence), the block
   [tokens[a], mask, ...] at positions a .. a + N - 1 -> logits [B, A, N, Vd] (draft
   vocabulary; [.., V] with target_vocab). feats [B, T, L*D], tokens [B, T], anchors [A]
+  (the same for every row) or [B, A] (each row its own: training samples them)
   (what speculators' `_backbone_forward` computes per anchor; training and parity)."""
   b, t = tokens.shape
-  n, na = cfg.block_size, anchors.shape[0]
+  anchors = jnp.broadcast_to(anchors.astype(jnp.int32), (b, anchors.shape[-1]))  # [B, A]
+  n, na = cfg.block_size, anchors.shape[1]
   pos_t = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
   ctx_kv = _context_kv(params, cfg, feats, pos_t)  # L x ([B, T, K, E], [B, T, K, E])
   rep = lambda z: jnp.repeat(z, na, axis=0)  # [B, ...] -> [B*A, ...] (row-major: b, then a)
-  anchor = jnp.tile(anchors.astype(jnp.int32), b)  # [B*A]
+  anchor = anchors.reshape(-1)  # [B*A]
   positions = anchor[:, None] + jnp.arange(n, dtype=jnp.int32)[None]  # [B*A, N]
-  x = embed(params, cfg.layers, block_tokens(cfg, tokens[:, anchors].reshape(-1)), positions)
+  first = jnp.take_along_axis(tokens, anchors, 1).reshape(-1)  # [B*A]
+  x = embed(params, cfg.layers, block_tokens(cfg, first), positions)
   kv_pos = jnp.concatenate([rep(pos_t), positions], 1)  # [B*A, T + N]
   is_ctx = jnp.concatenate([jnp.ones((b * na, t), bool), jnp.zeros((b * na, n), bool)], 1)
 

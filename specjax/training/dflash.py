@@ -44,24 +44,28 @@ def slot_weights(cfg: dflash_lib.DFlashConfig, gamma: float = 4.0) -> jax.Array:
 
 def dflash_loss(params: dict, cfg: dflash_lib.DFlashConfig, feats: jax.Array, tokens: jax.Array,
                 target_logits: jax.Array, anchors: jax.Array, valid: jax.Array,
-                gamma: float = 4.0, loss_mask: Optional[jax.Array] = None) -> tuple:
+                gamma: float = 4.0, loss_mask: Optional[jax.Array] = None,
+                on_draft_vocab: bool = False) -> tuple:
   """feats [B, T, L*D] the target's aux features, tokens [B, T], target_logits [B, T, V]
-  (position t predicts token t + 1), anchors [A], valid [B, A], loss_mask [B, T]
-  (optional: 1 where the prediction of token t + 1 counts, the pools' "mask")
-  -> (loss, metrics).
+  (position t predicts token t + 1; [B, T, Vd] already on the draft vocabulary with
+  on_draft_vocab, e.g. a stored teacher's log-probabilities), anchors [A] (every row's) or
+  [B, A] (each row's own), valid [B, A], loss_mask [B, T] (optional: 1 where the
+  prediction of token t + 1 counts, the pools' "mask") -> (loss, metrics).
 
   metrics: "acc" [N] the draft's argmax agreement with the target's per slot (on the
   draft vocabulary, over the slots that count), "kl" the unweighted mean KL."""
-  n = cfg.block_size
+  n, b = cfg.block_size, tokens.shape[0]
+  anchors = jnp.broadcast_to(anchors, (b, anchors.shape[-1]))  # [B, A]
   logits = dflash_lib.anchored_logits(params, cfg, feats, tokens, anchors)  # [B, A, N, Vd]
   shift = 0 if cfg.sample_from_anchor else -1
-  idx = jnp.clip(anchors[:, None] + jnp.arange(n)[None] + shift, 0, tokens.shape[1] - 1)  # [A, N]
-  if "draft_ids" in params:  # restricted before the gather: [B, T, Vd], not [B, A, N, V]
+  idx = jnp.clip(anchors[..., None] + jnp.arange(n) + shift, 0, tokens.shape[1] - 1)  # [B, A, N]
+  rows = jnp.arange(b)[:, None, None]
+  if "draft_ids" in params and not on_draft_vocab:  # restricted before the gather: [B, T, Vd]
     target_logits = jnp.take(target_logits, params["draft_ids"], axis=-1)
-  tgt = target_logits[:, idx]  # [B, A, N, Vd]
+  tgt = target_logits[rows, idx]  # [B, A, N, Vd]
   ok = jnp.broadcast_to(valid[:, :, None], logits.shape[:3])  # [B, A, N]
   if loss_mask is not None:
-    ok = ok & (loss_mask[:, idx] > 0)
+    ok = ok & (loss_mask[rows, idx] > 0)
   ok = (ok & (jnp.arange(n) >= cfg.first_slot)).astype(jnp.float32)  # [B, A, N]
   log_p = jax.nn.log_softmax(tgt.astype(jnp.float32), -1)
   log_q = jax.nn.log_softmax(logits, -1)
@@ -80,6 +84,29 @@ def anchors_of(cfg: dflash_lib.DFlashConfig, lengths: jax.Array, t: int) -> tupl
   anchors = jnp.arange(t)
   last = cfg.block_size - 1 + (1 if cfg.sample_from_anchor else 0)  # the last slot's offset
   valid = anchors[None] + last < lengths[:, None]
+  return anchors, valid
+
+
+def sample_anchors(cfg: dflash_lib.DFlashConfig, mask: np.ndarray, num: int,
+                   rng: np.random.Generator) -> tuple:
+  """Per row of a pool batch, `num` anchors drawn without replacement among those with a
+  slot that counts (speculators' max_anchors; the rest of a row's positions cost the same
+  and teach nothing): mask [B, T] -> (anchors [B, num] int32, valid [B, num] bool); a row
+  with fewer keeps them all, padded with invalid anchor 0."""
+  b, t = mask.shape
+  shift = 0 if cfg.sample_from_anchor else -1
+  last = cfg.block_size - 1 + (1 if cfg.sample_from_anchor else 0)
+  counts = np.zeros((b, t), bool)  # anchor a has a slot j whose prediction the mask names
+  for j in range(cfg.first_slot, cfg.block_size):
+    src = np.arange(t) + j + shift
+    inside = (src >= 0) & (src < t)
+    counts[:, inside] |= mask[:, src[inside]] > 0
+  counts[:, max(t - last, 0):] = False  # the whole block must lie within the row
+  anchors, valid = np.zeros((b, num), np.int32), np.zeros((b, num), bool)
+  for r in range(b):
+    cand = np.flatnonzero(counts[r])
+    pick = np.sort(rng.choice(cand, min(num, len(cand)), replace=False))
+    anchors[r, :len(pick)], valid[r, :len(pick)] = pick, True
   return anchors, valid
 
 
@@ -141,14 +168,38 @@ def frozen_keys(params: dict) -> tuple:
 
 
 def batch_loss(params, cfg, target_params, target_cfg, batch, gamma: float) -> tuple:
-  """`dflash_loss` of a pool batch {"tokens" [B, T], "mask" [B, T]} over every anchor,
-  with the target's pass (aux features and logits) computed online."""
+  """`dflash_loss` of a pool batch {"tokens" [B, T], "mask" [B, T]}: over its sampled
+  anchors ("anchors", "anchor_valid" [B, A], `sample_anchors`) or else every anchor; with
+  the pool's stored teacher ("features" [B, T, L*D] and the top-K "teacher_ids",
+  "teacher_logp", renormalised on the draft vocabulary as the feature draft's stored
+  teacher) or else the target's pass computed online."""
   from specjax.training.peagle import teacher
+  from specjax.training.teacher import dense_teacher_logp, support_index
   tokens = batch["tokens"]
-  feats, logits = teacher(target_params, target_cfg, cfg, tokens)
-  anchors, valid = anchors_of(cfg, jnp.full(tokens.shape[:1], tokens.shape[1]), tokens.shape[1])
+  if "features" in batch:
+    feats = batch["features"].astype(jnp.float32)
+    ids = params["draft_ids"]
+    logits = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
+                                support_index(ids, target_cfg.vocab_size), ids.shape[0])
+  else:
+    feats, logits = teacher(target_params, target_cfg, cfg, tokens)
+  if "anchors" in batch:
+    anchors, valid = batch["anchors"], batch["anchor_valid"]
+  else:
+    anchors, valid = anchors_of(cfg, jnp.full(tokens.shape[:1], tokens.shape[1]), tokens.shape[1])
   return dflash_loss(params, cfg, feats, tokens, logits, anchors, valid, gamma,
-                     loss_mask=batch["mask"])
+                     loss_mask=batch["mask"], on_draft_vocab="features" in batch)
+
+
+def with_anchors(config, cfg, batch: dict, step: int) -> dict:
+  """A training batch with config.dflash.max_anchors anchors a row drawn for this step
+  (a pure function of the seed and step, so a resumed run draws the same); 0: every one."""
+  num = int(config.dflash.get("max_anchors", 0))
+  if not num:
+    return batch
+  anchors, valid = sample_anchors(cfg, batch["mask"], num,
+                                  np.random.default_rng([config.seed, 91, step]))
+  return dict(batch, anchors=anchors, anchor_valid=valid)
 
 
 def _gamma(config) -> float:
@@ -159,7 +210,7 @@ KIND = online.OnlineDraft(
     name="dflash", init_draft=init_draft, frozen=lambda config, params: frozen_keys(params),
     loss=lambda config, cfg, target_cfg: _pool_loss(cfg, target_cfg, _gamma(config)),
     metrics=lambda cfg, m: {f"acc_s{i}": a for i, a in enumerate(m["acc"]) if i >= cfg.first_slot},
-    drafter=DFlashDrafter)
+    drafter=DFlashDrafter, stored_teacher=True, extend_batch=with_anchors)
 
 
 def _pool_loss(cfg, target_cfg, gamma: float):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import optax
@@ -19,6 +19,7 @@ import optax
 from specjax.training import data as data_lib
 from specjax.training import loop
 from specjax.training.pools import pool_path, sampled_pool
+from specjax.training.teacher import add_features, features_file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,11 @@ class OnlineDraft:
   metrics(cfg, aux) -> {name: value}; the first held-out one selects checkpoints when the
     engine is not evaluated.
   drafter: the drafter class, built as drafter(params=..., cfg=...).
+  stored_teacher: whether its loss reads a pool's stored teacher (config.data.teacher =
+    "topk": the target's top-K log-probabilities kept while sampling and its features at
+    cfg.feature_layers, one target pass per sequence instead of one per step).
+  extend_batch(config, cfg, batch, step) -> batch: host-side additions to a training batch
+    (a pure function of the step, so resumption sees the same), or None.
   """
   name: str
   init_draft: Callable
@@ -39,27 +45,45 @@ class OnlineDraft:
   loss: Callable
   metrics: Callable
   drafter: Any
+  stored_teacher: bool = False
+  extend_batch: Optional[Callable] = None
 
 
-def pool_of(config, workdir, target, prompts: dict, key, log=print) -> dict:
+def pool_of(config, workdir, target, prompts: dict, key, log=print, top_k: int = 0) -> dict:
   """The target's continuations of each prompt set at each config.data temperature (cached
-  in workdir/data as eagle3_pool_{set}_T{t})."""
+  in workdir/data as eagle3_pool_{set}_T{t}, _top{K} with a stored top-K teacher)."""
   parts = []
   for i, (name, rows) in enumerate(prompts.items()):
     for j, temp in enumerate(config.data.temperatures):
+      stem = f"eagle3_pool_{name}_T{temp:g}" + (f"_top{top_k}" if top_k else "")
       parts.append(sampled_pool(target, rows, config.data, temperature=temp,
                                 key=jax.random.fold_in(key, 10 * i + j),
-                                path=pool_path(workdir, f"eagle3_pool_{name}_T{temp:g}"), log=log,
-                                what=repr(name)))
+                                path=pool_path(workdir, stem), log=log, what=repr(name),
+                                top_k_teacher=top_k))
   return data_lib.concat_batches(parts)
 
 
+def stored_top_k(kind: OnlineDraft, config) -> int:
+  """K of the training pool's stored teacher (config.data.teacher "topk"), 0 for "online"."""
+  teacher = config.data.get("teacher", "online")
+  if teacher not in ("online", "topk") or (teacher == "topk" and not kind.stored_teacher):
+    raise ValueError(f"config.data.teacher={teacher!r}: a {kind.name} draft trains with "
+                     f"'online'{' or topk' if kind.stored_teacher else ''}.")
+  return int(config.data.get("teacher_top_k", 32)) if teacher == "topk" else 0
+
+
 def prepare(kind: OnlineDraft, config, workdir, target, train_prompts, log=print) -> tuple:
-  """(cfg, params at initialisation, training pool)."""
+  """(cfg, params at initialisation, training pool: with a stored teacher, the target's
+  features at cfg.feature_layers too, cached as dflash_features_l{ids})."""
+  top_k = stored_top_k(kind, config)
   pool = pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
-                 jax.random.PRNGKey(config.seed), log)
+                 jax.random.PRNGKey(config.seed), log, top_k)
   cfg, params = kind.init_draft(config, target,
                                 data_lib.token_frequencies([pool], target.cfg.vocab_size))
+  if top_k:
+    layers = tuple(cfg.feature_layers)
+    add_features(pool, target, pool_path(workdir, features_file(f"{kind.name}_features", layers)),
+                 log, layers)
   return cfg, params, pool
 
 
@@ -94,6 +118,7 @@ def task(kind: OnlineDraft, config, workdir: str, target, train_prompts, heldout
       heldout_prompts, ev.get("num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
   eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
   n = pool["tokens"].shape[0]
+  extend = kind.extend_batch or (lambda config, cfg, batch, step: batch)
   loss_fn = kind.loss(config, cfg, target.cfg)
   metrics = lambda aux: kind.metrics(cfg, aux)
   held_aux = jax.jit(lambda p, tp, b: loss_fn(p, tp, b)[1])
@@ -113,8 +138,8 @@ def task(kind: OnlineDraft, config, workdir: str, target, train_prompts, heldout
   return loop.Task(
       name=kind.name, params=params, trainable_keys=trainable_keys(kind, config, params),
       make_step=make_step,
-      batch_at=lambda step, *_: data_lib.take(
-          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)),
+      batch_at=lambda step, *_: extend(config, cfg, data_lib.take(
+          pool, data_lib.batch_indices(config.seed, step, n, config.batch_size)), step),
       # without the engine: the first held-out metric (`evaluate` writes them first)
       evaluate=evaluate, select=lambda m: m.get("alpha", next(iter(m.values()))),
       summary=lambda p: {"cfg": cfg, "params": p})

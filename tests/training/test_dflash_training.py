@@ -109,6 +109,44 @@ def test_loss_is_speculators_on_the_pool_mask():
   assert abs(float(ref) * aligned.sum() / w.sum() - float(ref)) > 1e-3
 
 
+def test_stored_teacher_and_sampled_anchors_give_the_online_loss():
+  """The pool's stored teacher (top-K of the whole vocabulary in float16, features at the
+  draft's layers) gives the online teacher's loss; anchors sampled per row
+  (`sample_anchors`, as many as count) give the every-anchor loss, and fewer draw only
+  anchors that count, the same for the same step. Control: the stored teacher one position
+  late differs."""
+  from specjax.training.dflash import batch_loss, init_draft, sample_anchors
+  from specjax.training.teacher import topk_logp
+  from specjax.models.transformer import forward
+  c = config("dflash_tiny")
+  t = toy.toy_target(seed=c.seed, **c.toy)
+  cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
+  b, g = 2, float(c.dflash.gamma)
+  tokens = np.random.default_rng(1).integers(1, 63, (b, 16)).astype(np.int32)
+  mask = np.zeros(tokens.shape, np.float32)
+  mask[0, 2:13], mask[1, 6:15] = 1, 1
+  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+  online, _ = batch_loss(params, cfg, t.params, t.cfg, batch, g)
+  feats, _ = teacher(t.params, t.cfg, cfg, batch["tokens"])
+  ids, logp = topk_logp(forward(t.params, t.cfg, batch["tokens"])[0], t.cfg.vocab_size)
+  stored = dict(batch, features=feats.astype(jnp.float16), teacher_ids=ids,
+                teacher_logp=logp.astype(jnp.float16))
+  np.testing.assert_allclose(float(batch_loss(params, cfg, None, t.cfg, stored, g)[0]),
+                             float(online), rtol=2e-3)
+  late = dict(stored, teacher_ids=jnp.roll(ids, 1, 1), teacher_logp=jnp.roll(stored["teacher_logp"], 1, 1))
+  assert abs(float(batch_loss(params, cfg, None, t.cfg, late, g)[0]) - float(online)) > 0.02
+  anchors, valid = sample_anchors(cfg, mask, 16, np.random.default_rng(0))
+  # anchor a counts when mask[a .. a + 2] names a token (slots 1-3) and a + 3 < 16: 0-12, 4-12
+  assert [np.flatnonzero(v).size for v in valid] == [13, 9]
+  assert anchors[0, :13].tolist() == list(range(13)) and anchors[1, :9].tolist() == list(range(4, 13))
+  every = dict(batch, anchors=jnp.asarray(anchors), anchor_valid=jnp.asarray(valid))
+  np.testing.assert_allclose(float(batch_loss(params, cfg, t.params, t.cfg, every, g)[0]),
+                             float(online), rtol=1e-5)
+  few, ok = sample_anchors(cfg, mask, 4, np.random.default_rng(3))
+  assert ok.all() and set(few[0]) <= set(anchors[0]) and set(few[1]) <= set(anchors[1])
+  np.testing.assert_array_equal(few, sample_anchors(cfg, mask, 4, np.random.default_rng(3))[0])
+
+
 @pytest.mark.real_model
 def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   """configs/distill.py:dflash (not run here): the draft initialises for SmolLM2-135M and
@@ -121,7 +159,7 @@ def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   target = load_model(c.target)
   counts = np.random.default_rng(0).integers(0, 100, target.cfg.vocab_size)
   cfg, params = init_draft(c, target, counts)
-  assert (cfg.mask_token_id, cfg.block_size, cfg.n_drafts, cfg.draft_vocab_size) == (3, 8, 7, 4096)
+  assert (cfg.mask_token_id, cfg.block_size, cfg.n_drafts, cfg.draft_vocab_size) == (3, 9, 8, 4096)
   assert cfg.aux_layer_ids == (2, 15, 27) and cfg.feature_layers == (1, 14, 26)
   assert params["fc"]["kernel"].shape == (3 * target.cfg.d_model, target.cfg.d_model)
   assert params["lm_head"]["kernel"].shape == (target.cfg.d_model, 4096)
@@ -134,4 +172,4 @@ def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   new, metrics = jax.eval_shape(step, state, frozen, target.params, batch)
   sd = lambda tree: jax.tree.map(lambda a: (a.shape, str(a.dtype)), tree)
   assert sd(new.params) == sd(state.params) and sd(new.opt_state) == sd(state.opt_state)
-  assert sorted(k for k in metrics if k.startswith("acc_s")) == [f"acc_s{i}" for i in range(1, 8)]
+  assert sorted(k for k in metrics if k.startswith("acc_s")) == [f"acc_s{i}" for i in range(1, 9)]
