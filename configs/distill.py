@@ -268,7 +268,8 @@ def dflash():
                   teacher="topk", teacher_top_k=32))
   c.dflash = C(dict(n_layers=1, aux_layers=(2, 15, 27), block_size=9, mask_token_id=3,
                     draft_vocab_size=4096, init_std=0.02, gamma=4.0, max_anchors=32))
-  c.eval.k = 8
+  c.eval.k, c.eval.every = 8, 200
+  c.num_steps = 1600  # ~2 s a step here
   return c
 
 

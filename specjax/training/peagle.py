@@ -33,12 +33,14 @@ def elements(t: int, depths: int) -> tuple:
 
 def peagle_loss(params: dict, cfg: peagle_lib.PEagleConfig, aux: jax.Array, seqs: jax.Array,
                 target_logits: jax.Array, lengths: jax.Array, depths: int,
-                loss_mask: Optional[jax.Array] = None) -> tuple:
+                loss_mask: Optional[jax.Array] = None, chosen: Optional[tuple] = None) -> tuple:
   """aux [B, T, A*Dt] the target's aux states, seqs [B, T] tokens, target_logits [B, T, V]
   (position t predicts token t + 1), lengths [B], loss_mask [B, T] (optional: the positions
-  whose prediction counts, speculators' loss_mask) -> (loss, per-depth argmax agreement [K])."""
+  whose prediction counts, speculators' loss_mask), chosen (optional: (anchor [M], depth
+  [M]), the elements to score, e.g. speculators' COD sample; default every one)
+  -> (loss, per-depth argmax agreement [K])."""
   b, t = seqs.shape
-  anchor, depth = elements(t - 1, depths)
+  anchor, depth = elements(t - 1, depths) if chosen is None else chosen
   pos = jnp.minimum(anchor + depth, t - 2)  # the element's own position (shifted sequence)
   logits = jax.vmap(lambda a, s: peagle_lib.cod_logits(params, cfg, a[None], s[None], anchor,
                                                        depth)[0])(aux[:, :-1], seqs[:, 1:])
@@ -54,7 +56,7 @@ def peagle_loss(params: dict, cfg: peagle_lib.PEagleConfig, aux: jax.Array, seqs
   kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)  # [B, M]
   w = valid.astype(jnp.float32)
   hit = (jnp.argmax(logits, -1) == jnp.argmax(tgt, -1)) * w
-  per_depth = lambda x: x.reshape(b, depths, t - 1).sum((0, 2))
+  per_depth = lambda x: jnp.zeros(depths).at[depth].add(x.sum(0))  # [K]
   return jnp.sum(w * kl) / jnp.maximum(jnp.sum(w), 1.0), per_depth(hit) / jnp.maximum(
       per_depth(w), 1.0)
 

@@ -16,7 +16,7 @@ from specjax.loading import draft_formats, load_model
 from specjax.models import peagle as peagle_lib
 from specjax.training.evaluate import read_metrics
 from specjax.training.peagle import elements, published, teacher, train_peagle
-from online_runs import STEPS, check_decodes_like_the_target, check_resume, toy_run
+from online_runs import STEPS, check_decodes_like_the_target, check_resume, config, toy_run
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,52 @@ def test_export_reloads_and_decodes_like_the_target(run, tmp_path):
          for d in (trained, drafter)]
   np.testing.assert_array_equal(*ids)
   check_decodes_like_the_target(t, held, trained, drafter)
+
+
+def test_loss_is_speculators_on_its_cod_sample():
+  """peagle_loss over the elements speculators' COD sampling draws (generate_cod_sample_indices,
+  its default ratios) equals speculators' compute_metrics (loss and per-depth accuracy) fed
+  the same logits, the target logits at each element's position + 1 and the pool mask
+  shifted by one (the element at shifted position s imitates the target at s + 1). Controls:
+  the unshifted mask, and a plain mean over every sampled element, both differ."""
+  import torch
+  from speculators.losses.eager import kl_div_loss
+  from speculators.models.peagle.data import generate_cod_sample_indices
+  from speculators.models.peagle.metrics import compute_metrics
+  from specjax.training import toy
+  from specjax.training.peagle import init_draft, peagle_loss
+  c = config("peagle_tiny")
+  t = toy.toy_target(seed=c.seed, **c.toy)
+  cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))  # random draft, 48 of 64 ids
+  k, n = cfg.n_depths, 20
+  seqs = jnp.asarray(np.random.default_rng(2).integers(1, 63, (1, n)), jnp.int32)
+  mask = np.zeros((1, n), np.float32)
+  mask[0, 4:17] = 1  # token p + 1 is a continuation for p in 4 .. 16
+  aux, tl = teacher(t.params, t.cfg, cfg, seqs)
+  shifted = torch.tensor(mask[:, 1:])  # speculators' loss_mask over the shifted sequence
+  torch.manual_seed(0)
+  anchor, depth = (jnp.asarray(x.numpy(), jnp.int32) for x in generate_cod_sample_indices(
+      n - 1, shifted, num_depths=k))
+  assert int(depth.max()) == k - 1 and len(anchor) < (n - 1) * k  # deeper depths subsampled
+  loss, acc = peagle_loss(params, cfg, aux, seqs, tl, jnp.asarray([n]), k, jnp.asarray(mask),
+                          chosen=(anchor, depth))
+  logits = peagle_lib.cod_logits(params, cfg, aux[:, :-1], seqs[:, 1:], anchor, depth)  # [1, M, Vd]
+  targets = np.asarray(tl)[:, np.asarray(anchor + depth + 1)][..., np.asarray(params["draft_ids"])]
+  ref, m = compute_metrics(torch.tensor(np.asarray(logits)), torch.tensor(targets), shifted,
+                           torch.tensor(np.asarray(anchor)), torch.tensor(np.asarray(depth)), k,
+                           loss_config={"kl_div": (kl_div_loss, 1.0)})
+  np.testing.assert_allclose(float(loss), float(ref), rtol=1e-5)
+  for d in range(k):
+    want = float(m[f"position_{d}_acc_sum"] / max(float(m[f"position_{d}_acc_total"]), 1.0))
+    np.testing.assert_allclose(float(acc[d]), want, rtol=1e-5, atol=1e-7)
+  unshifted, _ = compute_metrics(torch.tensor(np.asarray(logits)), torch.tensor(targets),
+                                 torch.tensor(mask[:, :-1]), torch.tensor(np.asarray(anchor)),
+                                 torch.tensor(np.asarray(depth)), k,
+                                 loss_config={"kl_div": (kl_div_loss, 1.0)})
+  assert abs(float(unshifted) - float(loss)) > 1e-3
+  log_p = torch.log_softmax(torch.tensor(targets), -1)
+  kl = (log_p.exp() * (log_p - torch.log_softmax(torch.tensor(np.asarray(logits)), -1))).sum(-1)
+  assert abs(float(kl.mean()) - float(loss)) > 1e-3
 
 
 @pytest.mark.real_model
