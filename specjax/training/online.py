@@ -67,8 +67,9 @@ def stored_top_k(kind: OnlineDraft, config) -> int:
   """K of the training pool's stored teacher (config.data.teacher "topk"), 0 for "online"."""
   teacher = config.data.get("teacher", "online")
   if teacher not in ("online", "topk") or (teacher == "topk" and not kind.stored_teacher):
-    raise ValueError(f"config.data.teacher={teacher!r}: a {kind.name} draft trains with "
-                     f"'online'{' or topk' if kind.stored_teacher else ''}.")
+    raise ValueError(f"config.data.teacher={teacher!r}: {kind.name} drafts train with "
+                     f"'online'{' or topk' if kind.stored_teacher else ''}; set "
+                     "--config.data.teacher to one of them.")
   return int(config.data.get("teacher_top_k", 32)) if teacher == "topk" else 0
 
 

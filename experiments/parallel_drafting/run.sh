@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The DFlash draft for SmolLM2-135M trained here, beside the shipped feature draft, on the
+# evaluation set (issue 39). Run from the repository root; RUNS holds the workdirs.
+#   bash experiments/parallel_drafting/run.sh
+set -euo pipefail
+RUNS=${RUNS:-/work/runs}
+OUT=experiments/parallel_drafting
+DRAFTS="smollm2-135m-draft,dflash:$RUNS/dflash_smollm2_spec"
+EVAL="--config.prompts.source=eval --config.max_new_tokens=48"
+
+# 1. Train (resumable: the same command continues) and export in speculators' dflash format.
+python scripts/distill.py --config=configs/distill.py:dflash --workdir=$RUNS/dflash_smollm2
+python scripts/export_draft.py --config=configs/distill.py:dflash --workdir=$RUNS/dflash_smollm2 \
+    --format=speculators --out=$RUNS/dflash_smollm2_spec
+
+# 2. Acceptance per position and speed against the target alone at batch 8: 48 evaluation
+#    prompts (4 a category), greedy and T = 1, k = 4 and 8.
+python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pd_batch8 \
+    --config.drafters="$DRAFTS" --config.ks=4,8 --config.temperatures=0,1 $EVAL \
+    --config.prompts.per_category=4 --config.batch_size=8 --config.repeats=2
+# 3. Speed at batch 1: one prompt a category, greedy.
+python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pd_batch1 \
+    --config.drafters="$DRAFTS" --config.ks=4,8 --config.temperatures=0 $EVAL \
+    --config.prompts.per_category=1 --config.batch_size=1 --config.repeats=2
+cp $RUNS/pd_batch8/summary.md $OUT/batch8.md
+cp $RUNS/pd_batch8/per_position_acceptance.png $OUT/per_position_acceptance.png
+cp $RUNS/pd_batch1/summary.md $OUT/batch1.md
+
+# 4. Trees over the block (the trees study's prompts and settings, depth 4).
+PYTHONPATH=. python experiments/trees/run.py --draft=dflash:$RUNS/dflash_smollm2_spec \
+    --out=experiments/trees/dflash
+
+# 5. The main job with it.
+python scripts/speculate.py --config.draft=dflash:$RUNS/dflash_smollm2_spec --config.k=8 \
+    --json_out=$OUT/card_k8.json
