@@ -17,16 +17,7 @@ from specjax.models.params import cast
 from tiny_models import perturbed, random_prompts, reference_greedy, tiny
 
 TARGET = tiny("llama", seed=0)
-DRAFT = tiny("llama", layers=1, seed=1)
-# An FR-Spec style draft: its head scores only every other id (q = 0 for the rest).
-REDUCED_DRAFT = dataclasses.replace(DRAFT, params=with_head_kernel(
-    DRAFT.cfg, dict(DRAFT.params, head_vocab=jnp.arange(0, DRAFT.cfg.vocab_size, 2))))
-# An EAGLE-style feature draft over the target's hidden states, with a reduced head.
-_FCFG, _FPARAMS = build_feature_draft(TARGET.cfg, TARGET.params, n_layers=1,
-                                      key=jax.random.PRNGKey(3), init_std=0.3,
-                                      head_vocab=np.arange(1, TARGET.cfg.vocab_size, 2))
-FEATURE_DRAFT = dataclasses.replace(DRAFT, cfg=_FCFG, params=with_head_kernel(_FCFG, _FPARAMS),
-                                    name="feature")
+DRAFT = tiny("llama", layers=1, seed=1)  # a random draft: accepts 1-4%
 
 
 def _copy_feature_draft(target, embed_scale: float, feature_weight: float):
@@ -91,30 +82,35 @@ def test_rows_stop_at_eos_independently():
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7])
-@pytest.mark.parametrize("draft", ["model", "reduced_head", "feature", "ngram:2", "early_exit:1"])
+@pytest.mark.parametrize("draft", ["ngram:2", "early_exit:1"])
 def test_speculative_greedy_equals_target(draft, k):
+  """The model-free drafters: exact output, each row's full length, no more target passes."""
   prompts = random_prompts(6, TARGET.cfg.vocab_size, seed=k)
   prompts[0] = prompts[0] * 3  # a repetitive row, so n-gram lookup gets accepted too
   base = specjax.generate(TARGET, prompts, 24)
-  drafter = {"model": DRAFT, "reduced_head": REDUCED_DRAFT, "feature": FEATURE_DRAFT}.get(draft, draft)
-  out = specjax.generate(TARGET, prompts, 24, draft=drafter, k=k)
+  out = specjax.generate(TARGET, prompts, 24, draft=draft, k=k)
   assert out.tokens == base.tokens
   assert out.stats.new_tokens.tolist() == [24] * 6
   assert (out.stats.target_passes <= base.stats.target_passes).all()
 
 
-@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
 @pytest.mark.parametrize("draft", ["model", "reduced_head", "feature"])
 def test_partial_acceptance_greedy_equals_target(draft, k):
-  """Drafts that agree often but not always: exact output and positions 2..k reached."""
+  """Model drafts that agree often but not always (a separate model, one with a reduced
+  head, a feature draft): exact output, position k reached, positions past the first
+  accepted, rejections. (Random drafts, which accept 1-4% and rarely pass position 1, exercised only
+  rejection; `test_rows_stop_at_eos_independently` keeps one.)"""
   prompts = random_prompts(6, TARGET.cfg.vocab_size, seed=2)
   base = specjax.generate(TARGET, prompts, 24)
   out = specjax.generate(TARGET, prompts, 24, draft=CLOSE[draft], k=k)
   assert out.tokens == base.tokens
   s = out.stats
   assert 0.3 <= s.acceptance_rate <= 0.95, s.acceptance_rate
-  assert s.checked[:, k - 1].sum() >= 3 and s.accepted[:, 1:].sum() >= 3  # deep positions reached
+  assert s.checked[:, k - 1].sum() >= 1  # position k reached
+  assert s.accepted[:, min(1, k - 1):].sum() >= 3  # and positions past the first accepted
   assert (s.checked > s.accepted).any()  # and rejections happen
+  assert (out.stats.target_passes < base.stats.target_passes).any()
   assert_counters_consistent(s)
 
 
