@@ -255,21 +255,22 @@ def dflash():
   (the anchor and 8 mask tokens <repo_name>, id 3, absent from chat data: k = 8 drafts from
   one draft pass), a 4096-id draft vocabulary; speculators' fixed-exp-decay KL (gamma 4);
   the embeddings stay the target's (`specjax.training.dflash`). Sized for a 2-core CPU:
-  one temperature-1 and one greedy continuation (64 tokens) of each training-split prompt
-  with the target's top-32 teacher and features stored once (data.teacher = "topk"; "online"
+  one temperature-1 and one greedy continuation (64 tokens) of each prompt of the training
+  and extra training splits (the templated feature draft's 678 prompts) with the target's
+  top-32 teacher and features stored once (data.teacher = "topk"; "online"
   runs the target in every step, ~20 s a step here) and 32 anchors a row drawn per step
   (speculators' max_anchors). Export with scripts/export_draft.py (speculators' dflash
   format). experiments/parallel_drafting/ has the run.
   """
   c = eagle3()
   del c["eagle3"]
-  c.prompts.num_train = 0  # the whole training split
+  c.prompts.num_train, c.prompts.train_sets = 0, ("train", "train_extra")  # the feature draft's
   c.data = C(dict(temperatures=(1.0, 0.0), max_new_tokens=64, seq_len=192, sample_batch_size=32,
                   teacher="topk", teacher_top_k=32))
   c.dflash = C(dict(n_layers=1, aux_layers=(2, 15, 27), block_size=9, mask_token_id=3,
                     draft_vocab_size=4096, init_std=0.02, gamma=4.0, max_anchors=32))
   c.eval.k, c.eval.every = 8, 200
-  c.num_steps = 1600  # ~2 s a step here
+  c.num_steps = 1000  # ~2.3 s a step here
   return c
 
 

@@ -121,7 +121,11 @@ def test_card_explains_its_speedup_from_the_measured_costs(speedup, word):
   assert "took 2.00 target-alone steps" in note and "1.80 of them the verify pass" in note
   assert "kept 1.32 tokens (1.32 / 2.00 = 0.66)" in note
   assert ("must keep more than 2.00 tokens" in note) == (speedup < 1)
+  assert "(4 draft steps + one 5-token verify pass)" in note
   assert card.speedup_note({"speedup": None}) is None
+  # a parallel draft (DFlash): one draft pass a round, whatever k
+  block = card.speedup_note(dict(c, k=8, target_passes=36, draft_passes=35))
+  assert "(1 draft pass + one 9-token verify pass)" in block
 
 
 # ----------------------------------------------------------------------- script configs

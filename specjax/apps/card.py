@@ -168,11 +168,15 @@ def speedup_note(c: dict) -> Optional[str]:
     return None
   k, tpp, rnd = c["k"], c["tokens_per_pass"], c["round_in_steps"]
   width = k + 1 if c.get("tree") is None else c["nodes_per_round"] + 1
+  rounds = c.get("target_passes", 0) - 1  # batch 1: the prefill is the other target pass
+  per = c["draft_passes"] / rounds if "draft_passes" in c and rounds > 0 else k
+  drafting = (f"{per:.3g} draft pass{'' if per == 1 else 'es'}"  # a parallel draft: 1
+              if per != k else f"{k} draft steps")
   if c.get("verify_share") is None:  # a tree: its pass is not timed apart
     text = (f"a round (a tree of {width - 1} draft nodes, depth {k}, and one {width}-token "
             f"verify pass) took {rnd:.2f} target-alone steps of time here")
   else:
-    text = (f"a round ({k} draft steps + one {width}-token verify pass) took {rnd:.2f} "
+    text = (f"a round ({drafting} + one {width}-token verify pass) took {rnd:.2f} "
             f"target-alone steps of time here, {rnd * c['verify_share']:.2f} of them the "
             "verify pass")
   text += f", and kept {tpp:.2f} tokens ({tpp:.2f} / {rnd:.2f} = {tpp / rnd:.2f})"
