@@ -40,6 +40,7 @@ def main():
     except ValueError as e:
       sys.exit(f"error: tree {tree!r} at k={args.k}: {e}")
   path = os.path.join(args.out, "results.jsonl")
+  os.makedirs(args.out, exist_ok=True)
   done = {}
   if os.path.exists(path):
     for line in open(path):
