@@ -12,7 +12,10 @@ a later process loads it without tracing, lowering or compiling.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import re
+import sys
 import time
 from typing import Any
 
@@ -102,13 +105,13 @@ PREFILL_STATICS = ("eos_ids", "max_len", "target_cfg")  # what `loop.prefill` re
 _PREFILLS: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
 
 
-def _build(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, int]:
+def _build(args: tuple, statics: dict, rows: int, fresh: bool = False) -> tuple[CompiledLoop, int]:
   """Lowers and compiles the rounds, and the prefill unless a loop for another k or tree
   already compiled it (jax reads its persistent cache where it is on): (loop, programs
   compiled)."""
   pre_statics = {n: statics[n] for n in PREFILL_STATICS if n in statics}
   pre_sig = signature(args, pre_statics)
-  pre, built = _PREFILLS.get(pre_sig), 1
+  pre, built = None if fresh else _PREFILLS.get(pre_sig), 1
   if pre is None:
     pre, built = prefill.lower(*args, **pre_statics).compile(), 2
     _PREFILLS[pre_sig] = pre
@@ -128,24 +131,39 @@ def _named(statics: dict) -> dict:
   return {n: f"{v.__module__}.{v.__qualname__}" if own(v) else v for n, v in statics.items()}
 
 
-def compiled_loop(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, CompileCount]:
+@contextlib.contextmanager
+def _disk_cache_off(off: bool):
+  """jax's persistent compilation cache off for the block (when `off`), as it was after."""
+  was = jax.config.jax_enable_compilation_cache
+  if off:
+    jax.config.update("jax_enable_compilation_cache", False)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", was)
+
+
+def compiled_loop(args: tuple, statics: dict, rows: int,
+                  fresh: bool = False) -> tuple[CompiledLoop, CompileCount]:
   """(the loop compiled for `args` and `statics`, what was compiled now: nothing when the
   table had it; loaded whole when `program_store` had it). rows: of one round's target
-  pass (batch x (k + 1) or tree slots)."""
+  pass (batch x (k + 1) or tree slots). fresh: compile it again, reading neither table
+  nor disk cache (the stored loop is then replaced)."""
   sig = signature(args, statics)
-  if sig in _COMPILED:
+  if sig in _COMPILED and not fresh:
     _COMPILED.move_to_end(sig)
     return _COMPILED[sig], CompileCount()
   hits, start = _DISK_HITS[0], time.perf_counter()
   name = program_store.key(repr((signature(args, _named(statics)), rows)))
-  stored = None if name is None else program_store.load(name)
+  stored = None if name is None or fresh else program_store.load(name)
   if stored is not None:
     loop = CompiledLoop(**stored)
     count = CompileCount(programs=2, seconds=time.perf_counter() - start, from_disk=2)
   else:
     pass_options.few_row_options(rows)  # its one-off probe compile stays out of the count
     hits, start = _DISK_HITS[0], time.perf_counter()
-    loop, built = _build(args, statics, rows)
+    with _disk_cache_off(fresh):
+      loop, built = _build(args, statics, rows, fresh)
     count = CompileCount(programs=built, seconds=time.perf_counter() - start,
                          from_disk=min(built, _DISK_HITS[0] - hits))
     if name is not None:
@@ -155,3 +173,25 @@ def compiled_loop(args: tuple, statics: dict, rows: int) -> tuple[CompiledLoop, 
   while len(_COMPILED) > MAX_PROGRAMS:
     _COMPILED.popitem(last=False)
   return loop, count
+
+
+# A program loaded from a disk cache that lacks one of its functions (seen on XLA:CPU, a
+# second run of the main job: experiments/parallel_drafting/README.md).
+_BROKEN = re.compile(r"NOT_FOUND: Function \S+ not found")
+
+
+def run(args: tuple, statics: dict, rows: int) -> tuple:
+  """`compiled_loop`, then `CompiledLoop.timed`: (final state, prefill s, total s, what was
+  compiled). A loop loaded from disk whose program fails with "NOT_FOUND: Function ... not
+  found" is compiled again without the disk caches (one warning line) and run again."""
+  loop, count = compiled_loop(args, statics, rows)
+  try:
+    return (*loop.timed(*args), count)
+  except jax.errors.JaxRuntimeError as e:
+    if not count.from_disk or not _BROKEN.search(str(e)):
+      raise
+    print(f"specjax: warning: a compiled loop loaded from the disk cache failed "
+          f"({_BROKEN.search(str(e)).group(0)}); compiling it again without the cache "
+          f"(SPECJAX_COMPILE_CACHE=off turns the cache off)", file=sys.stderr, flush=True)
+  loop, again = compiled_loop(args, statics, rows, fresh=True)
+  return (*loop.timed(*args), count + again)

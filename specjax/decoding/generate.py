@@ -14,7 +14,7 @@ import numpy as np
 
 from specjax import parallel
 from specjax.decoding import plan as plan_lib
-from specjax.decoding.compiled import compiled_loop
+from specjax.decoding import compiled
 from specjax.decoding.drafters import NoDrafter
 from specjax.decoding.stats import SpecStats
 from specjax.decoding.verify import verify_row
@@ -99,8 +99,7 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
     print(f"specjax: long prefill of {longest} tokens (bucket {plan.bucket}, cache "
           f"{plan.max_len}) starting", file=sys.stderr, flush=True)
   with parallel.mesh_context(mesh):
-    compiled, built = compiled_loop(args, statics, rows=prompt.shape[0] * (width + 1))
-    state, prefill_s, wall = compiled.timed(*args)
+    state, prefill_s, wall, built = compiled.run(args, statics, rows=prompt.shape[0] * (width + 1))
 
   host = lambda x: parallel.to_host(x)[:n_rows]
   lens, n_tokens, tokens = host(lens), host(state.n_tokens), host(state.tokens)

@@ -79,6 +79,38 @@ def test_a_new_shape_compiles_two_programs():
   assert d["programs_from_disk"] == 0  # this module keeps jax's persistent cache off
 
 
+def test_a_loaded_loop_missing_a_function_is_compiled_again(monkeypatch, capsys):
+  """A loop loaded from disk whose program fails with XLA:CPU's "NOT_FOUND: Function ...
+  not found" is compiled afresh (neither table nor disk cache) with one warning line, and
+  the call returns the target's tokens; the same failure from a loop compiled here, or
+  another error, is raised as it is."""
+  real = compiled.compiled_loop
+  calls = []
+
+  def broken(error, from_disk):
+    def loop_of(args, statics, rows, fresh=False):
+      calls.append(fresh)
+      if fresh:
+        return real(args, statics, rows, fresh=True)
+      def fail(*_):
+        raise jax.errors.JaxRuntimeError(error)
+      return (compiled.CompiledLoop(prefill=fail, rounds=fail),
+              compiled.CompileCount(programs=2, from_disk=from_disk))
+    return loop_of
+
+  monkeypatch.setattr(compiled, "compiled_loop", broken(
+      "NOT_FOUND: Function broadcast_pad_fusion not found (type id: 1)", 2))
+  out = _run(temperature=0.0, n=10)
+  assert out.tokens == [reference_greedy(p, 10) for p in PROMPTS[:2]] and calls == [False, True]
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "compiling it again without the cache" in err[0], err
+  assert "broadcast_pad_fusion" in err[0]
+  for error, from_disk in (("NOT_FOUND: Function f not found", 0), ("INTERNAL: other", 2)):
+    monkeypatch.setattr(compiled, "compiled_loop", broken(error, from_disk))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=error.split(":")[0]):
+      _run(temperature=0.0, n=10)
+
+
 @pytest.mark.parametrize("temperature,top_k,top_p", [
     (1.0, 0, 1.0), (0.7, 3, 1.0), (1.3, 0, 0.6), (0.5, 4, 0.7), (1.0, 11, 0.95), (2.0, 1, 1.0)])
 def test_traced_warp_equals_the_static_warp(temperature, top_k, top_p):
