@@ -188,10 +188,11 @@ def run(args: tuple, statics: dict, rows: int) -> tuple:
   try:
     return (*loop.timed(*args), count)
   except jax.errors.JaxRuntimeError as e:
-    if not count.from_disk or not _BROKEN.search(str(e)):
+    broken = _BROKEN.search(str(e))
+    if not count.from_disk or not broken:
       raise
     print(f"specjax: warning: a compiled loop loaded from the disk cache failed "
-          f"({_BROKEN.search(str(e)).group(0)}); compiling it again without the cache "
+          f"({broken.group(0)}); compiling it again without the cache "
           f"(SPECJAX_COMPILE_CACHE=off turns the cache off)", file=sys.stderr, flush=True)
   loop, again = compiled_loop(args, statics, rows, fresh=True)
   return (*loop.timed(*args), count + again)

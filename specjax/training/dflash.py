@@ -95,13 +95,12 @@ def sample_anchors(cfg: dflash_lib.DFlashConfig, mask: np.ndarray, num: int,
   with fewer keeps them all, padded with invalid anchor 0."""
   b, t = mask.shape
   shift = 0 if cfg.sample_from_anchor else -1
-  last = cfg.block_size - 1 + (1 if cfg.sample_from_anchor else 0)
   counts = np.zeros((b, t), bool)  # anchor a has a slot j whose prediction the mask names
   for j in range(cfg.first_slot, cfg.block_size):
     src = np.arange(t) + j + shift
     inside = (src >= 0) & (src < t)
     counts[:, inside] |= mask[:, src[inside]] > 0
-  counts[:, max(t - last, 0):] = False  # the whole block must lie within the row
+  counts &= np.asarray(anchors_of(cfg, np.full((b,), t), t)[1])  # the block lies in the row
   anchors, valid = np.zeros((b, num), np.int32), np.zeros((b, num), bool)
   for r in range(b):
     cand = np.flatnonzero(counts[r])

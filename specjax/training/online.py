@@ -74,18 +74,21 @@ def stored_top_k(kind: OnlineDraft, config) -> int:
 
 
 def prepare(kind: OnlineDraft, config, workdir, target, train_prompts, log=print) -> tuple:
-  """(cfg, params at initialisation, training pool: with a stored teacher, the target's
-  features at cfg.feature_layers too, cached as dflash_features_l{ids})."""
-  top_k = stored_top_k(kind, config)
+  """(cfg, params at initialisation, training pool)."""
   pool = pool_of(config, workdir, target, data_lib.prompt_sets(train_prompts),
-                 jax.random.PRNGKey(config.seed), log, top_k)
+                 jax.random.PRNGKey(config.seed), log, stored_top_k(kind, config))
   cfg, params = kind.init_draft(config, target,
                                 data_lib.token_frequencies([pool], target.cfg.vocab_size))
-  if top_k:
+  return cfg, params, pool
+
+
+def add_stored_features(kind: OnlineDraft, config, workdir, target, cfg, pool: dict, log) -> None:
+  """With a stored teacher, the target's features at cfg.feature_layers join the training
+  pool (cached as {kind}_features_l{ids}); training reads them, restoring for export not."""
+  if stored_top_k(kind, config):
     layers = tuple(cfg.feature_layers)
     add_features(pool, target, pool_path(workdir, features_file(f"{kind.name}_features", layers)),
                  log, layers)
-  return cfg, params, pool
 
 
 def trainable_keys(kind: OnlineDraft, config, params: dict) -> tuple:
@@ -115,6 +118,7 @@ def task(kind: OnlineDraft, config, workdir: str, target, train_prompts, heldout
   from specjax.decoding.generate import generate
   ev = config.eval
   cfg, params, pool = prepare(kind, config, workdir, target, train_prompts, log)
+  add_stored_features(kind, config, workdir, target, cfg, pool, log)
   held = pool_of(config, workdir, target, {"heldout": data_lib.spread(
       heldout_prompts, ev.get("num_heldout_pool", 16))}, jax.random.PRNGKey(config.seed + 1), log)
   eval_prompts = data_lib.spread(heldout_prompts, ev.num_prompts)
