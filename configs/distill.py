@@ -20,11 +20,11 @@ Variants (each function below says what it trains and why):
   selfgen      the feature draft continued on self-generated data (`smollm2-135m-draft`)
   medusa       Medusa-1 heads for SmolLM2-135M (`smollm2-135m-medusa`)
   medusa_tiny  Medusa heads on the toy target, seconds
-  eagle3       an EAGLE-3 draft for SmolLM2-135M (speculators-exportable; not yet run)
+  eagle3       an EAGLE-3 draft for SmolLM2-135M (speculators-exportable)
   eagle3_tiny  an EAGLE-3 draft on the toy target, seconds
-  peagle       a P-EAGLE draft for SmolLM2-135M (speculators' peagle format; not yet run)
+  peagle       a P-EAGLE draft for SmolLM2-135M (speculators' peagle format)
   peagle_tiny  a P-EAGLE draft on the toy target, seconds
-  dflash       a DFlash draft for SmolLM2-135M (speculators' dflash format; not yet run)
+  dflash       a DFlash draft for SmolLM2-135M (speculators' dflash format)
   dflash_tiny  a DFlash draft on the toy target, seconds
 Configs of single past runs live in their experiment folder (experiments/*/config.py)
 and import this module. Rerunning a command on the same workdir resumes it.
@@ -191,20 +191,26 @@ def medusa_tiny():
 def eagle3():
   """An EAGLE-3 draft for SmolLM2-135M-Instruct (30 layers): one decoder layer over
   fc(target layer inputs (2, 15, 27)) and the token embedding, a 4096-id draft vocabulary
-  (d2t/t2d, the most frequent continuation ids), the training-time test over 3 steps with
-  the target as online teacher (`specjax.training.eagle3`). Export the result in
-  speculators' format (what vLLM reads) with scripts/export_draft.py. Run to step 270 of 800
-  (experiments/eagle3_smollm2/): 192 prompts with one greedy continuation each overfit (train
-  agreement 0.87, held-out 0.28 at the third step); a comparable run needs the feature draft's
-  prompt sets and continuations.
+  (d2t/t2d, the most frequent continuation ids), the training-time test over 3 steps
+  (`specjax.training.eagle3`). Export the result in speculators' format (what vLLM reads)
+  with scripts/export_draft.py. Sized for a 2-core CPU on the data `dflash` and `peagle`
+  train on, for a comparison at equal training compute: one temperature-1 and one greedy
+  continuation (64 tokens) of each prompt of the training and extra training splits (the
+  templated feature draft's 678 prompts), the target's top-32 teacher and features stored
+  once (data.teacher = "topk"; "online" runs the target in every step), batch 16,
+  1,000 steps. experiments/eagle3_smollm2/ has the run.
   """
   c = medusa()
   del c["medusa"]
+  c.prompts.num_train, c.prompts.train_sets = 0, ("train", "train_extra")  # the feature draft's
   c.eagle3 = C(dict(n_layers=1, aux_layers=(2, 15, 27), draft_vocab_size=4096, init_std=0.02,
                     ttt_steps=3, decay=1.0, norm_before_residual=False, norm_output=False))
-  c.data = C(dict(temperatures=(0.0,), max_new_tokens=64, seq_len=192, sample_batch_size=32))
+  c.data = C(dict(temperatures=(1.0, 0.0), max_new_tokens=64, seq_len=192, sample_batch_size=32,
+                  teacher="topk", teacher_top_k=32))
   c.optim = common.optim(weight_decay=0.0)
-  return _run(c, batch_size=16, num_steps=800, log_every=10, ckpt_every=50)  # batch: sequences
+  c = _run(c, batch_size=16, num_steps=1000, log_every=10, ckpt_every=50)  # batch: sequences
+  c.eval.every = 200
+  return c
 
 
 def eagle3_tiny():
@@ -225,15 +231,20 @@ def peagle():
   """A P-EAGLE draft for SmolLM2-135M-Instruct: EAGLE-3's draft (one layer over fc(target
   layer inputs (2, 15, 27)) and the token embedding, 4096-id draft vocabulary) plus the
   learned mask_hidden and mask token <repo_name> (id 3, absent from chat data) read at the
-  parallel positions; trained for 4 depths (all 4 drafts in one draft pass) on every anchor
-  at every depth with the target as online teacher (`specjax.training.peagle`); the
-  embeddings train too, as speculators' P-EAGLE. Export with scripts/export_draft.py
-  (speculators' peagle format). Not yet run.
+  parallel positions; 8 depths (k = 8 drafts from one draft pass); the embeddings train
+  too, as speculators' P-EAGLE (`specjax.training.peagle`). Sized for a 2-core CPU as
+  `dflash` is, on the same data: the training and extra training splits' continuations at
+  T = 1 and greedy with the target's top-32 teacher and features stored once, and per row
+  every anchor at depth 0 plus 32 whole rollouts drawn per step (max_anchors; every
+  element of a 192-token row at 8 depths is 1,528 elements). Export with
+  scripts/export_draft.py (speculators' peagle format). experiments/parallel_drafting/.
   """
-  c = eagle3()
-  del c["eagle3"]
+  c = dflash()
+  del c["dflash"]
   c.peagle = C(dict(n_layers=1, aux_layers=(2, 15, 27), draft_vocab_size=4096, init_std=0.02,
-                    n_depths=4, mask_token_id=3, mask_init_std=1.0, train_embeddings=True))
+                    n_depths=8, mask_token_id=3, mask_init_std=1.0, train_embeddings=True,
+                    max_anchors=32))
+  c.eval.num_heldout_pool = 8  # every element of each held-out row is scored
   return c
 
 
@@ -262,15 +273,11 @@ def dflash():
   (speculators' max_anchors). Export with scripts/export_draft.py (speculators' dflash
   format). experiments/parallel_drafting/ has the run.
   """
-  c = eagle3()
+  c = eagle3()  # its prompts, data and stored teacher
   del c["eagle3"]
-  c.prompts.num_train, c.prompts.train_sets = 0, ("train", "train_extra")  # the feature draft's
-  c.data = C(dict(temperatures=(1.0, 0.0), max_new_tokens=64, seq_len=192, sample_batch_size=32,
-                  teacher="topk", teacher_top_k=32))
   c.dflash = C(dict(n_layers=1, aux_layers=(2, 15, 27), block_size=9, mask_token_id=3,
                     draft_vocab_size=4096, init_std=0.02, gamma=4.0, max_anchors=32))
-  c.eval.k, c.eval.every = 8, 200
-  c.num_steps = 1000  # ~2.3 s a step here
+  c.eval.k = 8  # ~2.3 s a step here
   return c
 
 

@@ -34,9 +34,12 @@ def teacher(target_params: dict, target_cfg, cfg: eagle3.Eagle3Config, seqs: jax
 
 
 def loss(params: dict, cfg: eagle3.Eagle3Config, aux: jax.Array, seqs: jax.Array,
-         teacher_logits: jax.Array, mask: jax.Array, steps: int, decay: float = 1.0):
+         teacher_logits: jax.Array, mask: jax.Array, steps: int, decay: float = 1.0,
+         on_draft_vocab: bool = False):
   """The training-time-test loss and per-step agreement (draft argmax == target's, over
-  the draft vocabulary). mask [B, T+1]: positions whose prediction counts."""
+  the draft vocabulary). mask [B, T+1]: positions whose prediction counts; teacher_logits
+  [B, T+1, V], or [B, T+1, Vd] already on the draft vocabulary with on_draft_vocab (a
+  stored teacher's log-probabilities)."""
   t = aux.shape[1]
   hs = eagle3.unrolled(params, cfg, aux, seqs[:, 1:], steps)
   ids = params.get("draft_ids")
@@ -44,7 +47,7 @@ def loss(params: dict, cfg: eagle3.Eagle3Config, aux: jax.Array, seqs: jax.Array
   for s, h in enumerate(hs):
     student = jax.nn.log_softmax(eagle3.draft_logits(params, cfg, h), -1)  # [B, T, Vd]
     tl = jnp.pad(teacher_logits[:, 1 + s:], ((0, 0), (0, s), (0, 0)))[:, :t]  # [B, T, V]
-    tl = tl if ids is None else tl[..., ids]
+    tl = tl if ids is None or on_draft_vocab else tl[..., ids]
     m = jnp.pad(mask[:, 1 + s:], ((0, 0), (0, s)))[:, :t] * (jnp.arange(t) < t - s)
     total = total + decay ** s * masked_mean(forward_kl(jax.nn.log_softmax(tl, -1), student), m)
     agree.append(masked_mean((student.argmax(-1) == tl.argmax(-1)).astype(jnp.float32), m))
@@ -116,21 +119,31 @@ def init_draft(config, target, counts: Optional[np.ndarray] = None,
 
 def pool_loss(config, cfg: eagle3.Eagle3Config, target_cfg) -> Callable:
   """(params, target_params, batch) -> the training-time-test `loss` of a pool batch
-  {"tokens" [B, T+1], "mask" [B, T+1]}, the target's pass computed online."""
+  {"tokens" [B, T+1], "mask" [B, T+1]}, with the pool's stored teacher ("features"
+  [B, T+1, A*Dt] and the top-K "teacher_ids", "teacher_logp", renormalised on the draft
+  vocabulary as DFlash's) or else the target's pass computed online."""
+  from specjax.training.teacher import dense_teacher_logp, support_index
   e = config.eagle3
   steps, decay = int(e.get("ttt_steps", 3)), float(e.get("decay", 1.0))
 
   def f(params, target_params, batch):
     seqs = batch["tokens"]
-    aux, logits = teacher(target_params, target_cfg, cfg, seqs)
-    return loss(params, cfg, aux, seqs, logits, batch["mask"], steps, decay)
+    if "features" in batch:
+      aux = batch["features"][:, :-1].astype(jnp.float32)
+      ids = params.get("draft_ids", jnp.arange(target_cfg.vocab_size))
+      logits = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
+                                  support_index(ids, target_cfg.vocab_size), ids.shape[0])
+    else:
+      aux, logits = teacher(target_params, target_cfg, cfg, seqs)
+    return loss(params, cfg, aux, seqs, logits, batch["mask"], steps, decay,
+                on_draft_vocab="features" in batch)
   return f
 
 
 KIND = online.OnlineDraft(
     name="eagle3", init_draft=init_draft, frozen=lambda config, params: FROZEN_KEYS,
     loss=pool_loss, metrics=lambda cfg, agree: {f"agree_s{s}": a for s, a in enumerate(agree)},
-    drafter=Eagle3Drafter)
+    drafter=Eagle3Drafter, stored_teacher=True)
 
 
 def eagle3_task(config, workdir: str, target, train_prompts, heldout_prompts: Sequence,

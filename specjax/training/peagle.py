@@ -1,17 +1,19 @@
-"""The P-EAGLE objective (speculators' `PEagleDraftModel.forward`, without COD subsampling).
+"""The P-EAGLE objective (speculators' `PEagleDraftModel.forward`).
 
-Axes: B batch, T positions, K depths, M = (T - 1) * K elements, A*Dt aux states, V / Vd.
+Axes: B batch, T positions, K depths, M elements, A*Dt aux states, V / Vd.
 
 Element (anchor j, depth d) reads g_j and token j + 1 at depth 0, mask_hidden and the mask
 token at depths >= 1 (`peagle.cod_logits`), and predicts token j + d + 2, whose target
 distribution is the target's logits at position j + d + 1 (restricted to the draft
-vocabulary). Every anchor is taken at every depth (speculators subsamples deeper depths
-to save memory; its down-sampling only changes which elements are scored). The loss is
-KL(target || draft) averaged over the elements whose target position is in the row (and,
-given a loss mask, counts).
+vocabulary). Every anchor is taken at every depth, or (config.peagle.max_anchors) every
+anchor at depth 0 and a fixed number of whole rollouts drawn per row (`sample_elements`:
+speculators' COD sampling at a fixed count, which only changes which elements are
+scored). The loss is KL(target || draft) averaged over the elements whose target position
+is in the row (and, given a loss mask, counts).
 
 The trainer's task (`peagle_task`, `train_peagle`) runs it in the one loop
-(`training.loop`) with EAGLE-3's pools and initialisation and the target as online teacher.
+(`training.loop`) with EAGLE-3's pools and initialisation and the target as online
+teacher, or the pool's stored teacher (config.data.teacher = "topk", as DFlash's).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specjax.decoding.drafters import PEagleDrafter
 from specjax.models import peagle as peagle_lib
@@ -33,32 +36,60 @@ def elements(t: int, depths: int) -> tuple:
 
 def peagle_loss(params: dict, cfg: peagle_lib.PEagleConfig, aux: jax.Array, seqs: jax.Array,
                 target_logits: jax.Array, lengths: jax.Array, depths: int,
-                loss_mask: Optional[jax.Array] = None, chosen: Optional[tuple] = None) -> tuple:
+                loss_mask: Optional[jax.Array] = None, chosen: Optional[tuple] = None,
+                on_draft_vocab: bool = False) -> tuple:
   """aux [B, T, A*Dt] the target's aux states, seqs [B, T] tokens, target_logits [B, T, V]
-  (position t predicts token t + 1), lengths [B], loss_mask [B, T] (optional: the positions
-  whose prediction counts, speculators' loss_mask), chosen (optional: (anchor [M], depth
-  [M]), the elements to score, e.g. speculators' COD sample; default every one)
-  -> (loss, per-depth argmax agreement [K])."""
+  (position t predicts token t + 1; [B, T, Vd] already on the draft vocabulary with
+  on_draft_vocab, e.g. a stored teacher's log-probabilities), lengths [B], loss_mask [B, T]
+  (optional: the positions whose prediction counts, speculators' loss_mask), chosen
+  (optional: the elements to score, (anchor [M], depth [M]) for every row, e.g. speculators'
+  COD sample, or (anchor [B, M], depth [B, M], valid [B, M]) per row, `sample_elements`;
+  default every one) -> (loss, per-depth argmax agreement [K])."""
   b, t = seqs.shape
-  anchor, depth = elements(t - 1, depths) if chosen is None else chosen
+  anchor, depth = elements(t - 1, depths) if chosen is None else chosen[:2]
+  anchor, depth = (jnp.broadcast_to(x, (b,) + x.shape[-1:]) for x in (anchor, depth))  # [B, M]
+  picked = jnp.ones(anchor.shape, bool) if chosen is None or len(chosen) < 3 else chosen[2]
   pos = jnp.minimum(anchor + depth, t - 2)  # the element's own position (shifted sequence)
-  logits = jax.vmap(lambda a, s: peagle_lib.cod_logits(params, cfg, a[None], s[None], anchor,
-                                                       depth)[0])(aux[:, :-1], seqs[:, 1:])
+  logits = jax.vmap(lambda a, s, an, de: peagle_lib.cod_logits(params, cfg, a[None], s[None], an,
+                                                               de)[0])(
+      aux[:, :-1], seqs[:, 1:], anchor, depth)  # [B, M, Vd]
   idx = jnp.minimum(anchor + depth + 1, t - 1)  # the target position it imitates
-  if "draft_ids" in params:  # restricted before the gather: [B, T, Vd], not [B, M, V]
-    target_logits = jnp.take(target_logits, params["draft_ids"], axis=-1)
-  tgt = target_logits[:, idx]  # [B, M, Vd]
-  valid = ((anchor + depth + 1)[None] < lengths[:, None]) & (pos == anchor + depth)[None]
+  if "draft_ids" in params and not on_draft_vocab:  # restricted before the gather
+    target_logits = jnp.take(target_logits, params["draft_ids"], axis=-1)  # [B, T, Vd]
+  tgt = jnp.take_along_axis(target_logits, idx[..., None], axis=1)  # [B, M, Vd]
+  valid = (anchor + depth + 1 < lengths[:, None]) & (pos == anchor + depth) & picked
   if loss_mask is not None:
-    valid = valid & (loss_mask[:, idx] > 0)
+    valid = valid & (jnp.take_along_axis(loss_mask, idx, axis=1) > 0)
   log_p = jax.nn.log_softmax(tgt.astype(jnp.float32), -1)
   log_q = jax.nn.log_softmax(logits, -1)
   kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)  # [B, M]
   w = valid.astype(jnp.float32)
   hit = (jnp.argmax(logits, -1) == jnp.argmax(tgt, -1)) * w
-  per_depth = lambda x: jnp.zeros(depths).at[depth].add(x.sum(0))  # [K]
+  per_depth = lambda x: jnp.zeros(depths).at[depth.ravel()].add(x.ravel())  # [K]
   return jnp.sum(w * kl) / jnp.maximum(jnp.sum(w), 1.0), per_depth(hit) / jnp.maximum(
       per_depth(w), 1.0)
+
+
+def sample_elements(mask: np.ndarray, depths: int, num: int, rng: np.random.Generator) -> tuple:
+  """Per row of a pool batch [B, T]: every anchor at depth 0 (the context every deeper
+  element reads) and `num` anchors, drawn without replacement among those whose depth-1
+  prediction counts, at each depth 1 .. K - 1 (a whole rollout each, as speculators' COD
+  sampling keeps a deeper element's shallower ones; its max_anchors, at a fixed count so
+  the step keeps one shape). -> (anchor [B, M], depth [B, M], valid [B, M]) with
+  M = T - 1 + num * (K - 1); a row with fewer candidates pads with invalid elements."""
+  b, t = mask.shape
+  shallow = np.broadcast_to(np.arange(t - 1), (b, t - 1))
+  drawn, ok = np.zeros((b, num), np.int32), np.zeros((b, num), bool)
+  for r in range(b):
+    cand = np.flatnonzero(mask[r, 2:] > 0)  # anchor j: depth 1 imitates position j + 2
+    pick = np.sort(rng.choice(cand, min(num, len(cand)), replace=False))
+    drawn[r, :len(pick)], ok[r, :len(pick)] = pick, True
+  deep = np.tile(drawn, depths - 1)  # [B, num * (K - 1)], depth-major
+  anchor = np.concatenate([shallow, deep], 1).astype(np.int32)
+  depth = np.concatenate([np.zeros((b, t - 1), np.int32),
+                          np.repeat(np.arange(1, depths, dtype=np.int32), num)[None].repeat(b, 0)], 1)
+  valid = np.concatenate([np.ones((b, t - 1), bool), np.tile(ok, depths - 1)], 1)
+  return anchor, depth, valid
 
 
 # ------------------------------------------------------------- the task in the one loop
@@ -105,11 +136,37 @@ def teacher(target_params: dict, target_cfg, cfg: peagle_lib.PEagleConfig, seqs:
 
 
 def batch_loss(params, cfg, target_params, target_cfg, batch, depths: int) -> tuple:
-  """`peagle_loss` of a pool batch {"tokens" [B, T], "mask" [B, T]} with the online teacher."""
+  """`peagle_loss` of a pool batch {"tokens" [B, T], "mask" [B, T]}: over its sampled
+  elements ("anchor", "depth", "element_valid" [B, M], `with_elements`) or else every one;
+  with the pool's stored teacher ("features" [B, T, A*Dt] and the top-K "teacher_ids",
+  "teacher_logp", renormalised on the draft vocabulary as DFlash's) or else the target's
+  pass computed online."""
+  from specjax.training.teacher import dense_teacher_logp, support_index
   seqs = batch["tokens"]
-  aux, logits = teacher(target_params, target_cfg, cfg, seqs)
+  if "features" in batch:
+    aux = batch["features"].astype(jnp.float32)
+    ids = params.get("draft_ids", jnp.arange(target_cfg.vocab_size))
+    logits = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
+                                support_index(ids, target_cfg.vocab_size), ids.shape[0])
+  else:
+    aux, logits = teacher(target_params, target_cfg, cfg, seqs)
+  chosen = ((batch["anchor"], batch["depth"], batch["element_valid"]) if "anchor" in batch
+            else None)
   lengths = jnp.full(seqs.shape[:1], seqs.shape[1])  # the mask says which positions count
-  return peagle_loss(params, cfg, aux, seqs, logits, lengths, depths, loss_mask=batch["mask"])
+  return peagle_loss(params, cfg, aux, seqs, logits, lengths, depths, loss_mask=batch["mask"],
+                     chosen=chosen, on_draft_vocab="features" in batch)
+
+
+def with_elements(config, cfg, batch: dict, step: int) -> dict:
+  """A training batch with config.peagle.max_anchors rollouts a row drawn for this step
+  (`sample_elements`; a pure function of the seed and step, so a resumed run draws the
+  same); 0: every anchor at every depth."""
+  num = int(config.peagle.get("max_anchors", 0))
+  if not num:
+    return batch
+  anchor, depth, valid = sample_elements(batch["mask"], cfg.n_depths, num,
+                                         np.random.default_rng([config.seed, 92, step]))
+  return dict(batch, anchor=anchor, depth=depth, element_valid=valid)
 
 
 KIND = online.OnlineDraft(
@@ -117,7 +174,7 @@ KIND = online.OnlineDraft(
     loss=lambda config, cfg, target_cfg: lambda p, tp, b: batch_loss(p, cfg, tp, target_cfg, b,
                                                                      cfg.n_depths),
     metrics=lambda cfg, agree: {f"agree_d{d}": a for d, a in enumerate(agree)},
-    drafter=PEagleDrafter)
+    drafter=PEagleDrafter, stored_teacher=True, extend_batch=with_elements)
 
 
 def make_train_step(cfg, target_cfg, tx, schedule):

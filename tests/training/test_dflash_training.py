@@ -150,14 +150,16 @@ def test_stored_teacher_and_sampled_anchors_give_the_online_loss():
 def test_a_teacher_the_draft_cannot_read_is_one_line_before_any_work():
   """config.data.teacher: "topk" for a kind without a stored teacher, or an unknown name, is
   a ValueError naming what that kind takes (raised before any pool is sampled)."""
-  from specjax.training import eagle3, online
+  import dataclasses
+  from specjax.training import online
   from specjax.training.dflash import KIND
   c = config("dflash_tiny")
   assert online.stored_top_k(KIND, c) == 0  # online by default
   c.data.teacher, c.data.teacher_top_k = "topk", 8
   assert online.stored_top_k(KIND, c) == 8
-  with pytest.raises(ValueError, match="eagle3 drafts train with 'online'; set"):
-    online.stored_top_k(eagle3.KIND, c)
+  without = dataclasses.replace(KIND, name="plain", stored_teacher=False)
+  with pytest.raises(ValueError, match="plain drafts train with 'online'; set"):
+    online.stored_top_k(without, c)
   c.data.teacher = "stored"
   with pytest.raises(ValueError, match="teacher='stored': dflash drafts train with 'online' or topk"):
     online.stored_top_k(KIND, c)

@@ -109,6 +109,54 @@ def test_loss_is_speculators_on_its_cod_sample():
   assert abs(float(kl.mean()) - float(loss)) > 1e-3
 
 
+def test_stored_teacher_and_sampled_elements_give_the_online_loss():
+  """The pool's stored teacher (top-K of the whole vocabulary in float16, aux states at the
+  draft's layers) gives the online teacher's loss; elements sampled per row
+  (`sample_elements`: every anchor at depth 0, whole rollouts of anchors whose depth-1
+  prediction counts) give, batched, what the one-row path (the one checked against
+  speculators above) gives row by row, weighted by elements that count; the same step
+  draws the same. Control: the stored teacher one position late differs."""
+  from specjax.models.transformer import forward
+  from specjax.training import toy
+  from specjax.training.peagle import batch_loss, init_draft, peagle_loss, sample_elements
+  from specjax.training.teacher import topk_logp
+  c = config("peagle_tiny")
+  t = toy.toy_target(seed=c.seed, **c.toy)
+  cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
+  k, n = cfg.n_depths, 16
+  tokens = np.random.default_rng(1).integers(1, 63, (2, n)).astype(np.int32)
+  mask = np.zeros(tokens.shape, np.float32)
+  mask[0, 2:13], mask[1, 6:15] = 1, 1
+  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+  online, _ = batch_loss(params, cfg, t.params, t.cfg, batch, k)
+  aux, logits = teacher(t.params, t.cfg, cfg, batch["tokens"])
+  ids, logp = topk_logp(forward(t.params, t.cfg, batch["tokens"])[0], t.cfg.vocab_size)
+  stored = dict(batch, features=aux.astype(jnp.float16), teacher_ids=ids,
+                teacher_logp=logp.astype(jnp.float16))
+  np.testing.assert_allclose(float(batch_loss(params, cfg, None, t.cfg, stored, k)[0]),
+                             float(online), rtol=2e-3)
+  late = dict(stored, teacher_ids=jnp.roll(ids, 1, 1), teacher_logp=jnp.roll(stored["teacher_logp"], 1, 1))
+  assert abs(float(batch_loss(params, cfg, None, t.cfg, late, k)[0]) - float(online)) > 0.02
+  anchor, depth, valid = sample_elements(mask, k, 4, np.random.default_rng(3))
+  assert anchor.shape == (2, n - 1 + 4 * (k - 1)) and valid.all()
+  assert (anchor[:, :n - 1] == np.arange(n - 1)).all() and (depth[:, :n - 1] == 0).all()
+  for r, lo, hi in ((0, 0, 10), (1, 4, 12)):  # depth 1 of anchor j imitates position j + 2
+    deep = anchor[r, n - 1:].reshape(k - 1, 4)
+    assert (deep == deep[0]).all() and lo <= deep.min() and deep.max() <= hi  # whole rollouts
+  np.testing.assert_array_equal(anchor, sample_elements(mask, k, 4, np.random.default_rng(3))[0])
+  sampled = dict(batch, anchor=anchor, depth=depth, element_valid=valid)
+  loss, agree = batch_loss(params, cfg, t.params, t.cfg, sampled, k)
+  rows, counts = [], []
+  for r in range(2):
+    one = dict(tokens=batch["tokens"][r:r + 1], mask=batch["mask"][r:r + 1])
+    rows.append(peagle_loss(params, cfg, aux[r:r + 1], one["tokens"], logits[r:r + 1],
+                            jnp.asarray([n]), k, one["mask"], chosen=(anchor[r], depth[r]))[0])
+    idx = np.minimum(anchor[r] + depth[r] + 1, n - 1)
+    counts.append(((anchor[r] + depth[r] <= n - 2) & (mask[r, idx] > 0)).sum())
+  np.testing.assert_allclose(float(loss), float(np.dot(rows, counts) / np.sum(counts)), rtol=1e-5)
+  assert abs(float(loss) - float(online)) > 1e-3  # fewer elements: another mean
+
+
 @pytest.mark.real_model
 def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   """configs/distill.py:peagle (not run here): the draft initialises for SmolLM2-135M and
@@ -121,7 +169,7 @@ def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   target = load_model(c.target)
   counts = np.random.default_rng(0).integers(0, 100, target.cfg.vocab_size)
   cfg, params = init_draft(c, target, counts)
-  assert (cfg.mask_token_id, cfg.n_depths, cfg.eagle3.draft_vocab_size) == (3, 4, 4096)
+  assert (cfg.mask_token_id, cfg.n_depths, cfg.eagle3.draft_vocab_size) == (3, 8, 4096)
   assert params["mask_hidden"].shape == (3 * target.cfg.d_model,)
   state, frozen, tx, schedule = loop.init_state(
       params, tuple(k for k in params if k not in frozen_keys(c)), c)
@@ -132,4 +180,4 @@ def test_smollm2_variant_builds_and_its_first_step_is_consistent():
   new, metrics = jax.eval_shape(step, state, frozen, target.params, batch)
   sd = lambda tree: jax.tree.map(lambda a: (a.shape, str(a.dtype)), tree)
   assert sd(new.params) == sd(state.params) and sd(new.opt_state) == sd(state.opt_state)
-  assert sorted(k for k in metrics if k.startswith("agree_d")) == [f"agree_d{d}" for d in range(4)]
+  assert sorted(k for k in metrics if k.startswith("agree_d")) == [f"agree_d{d}" for d in range(8)]
