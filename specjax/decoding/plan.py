@@ -19,11 +19,13 @@ def round_up(x: int, m: int) -> int:
 
 
 def prompt_bucket(n: int) -> int:
-  """The padded prompt length, a few buckets to bound recompiles: powers of two (at
-  least 16) up to 1,024 tokens; past that, multiples of a quarter of the power of two
-  below n, so a long prompt is padded by less than 25% (5,000 -> 5,120, not 8,192)."""
+  """The padded prompt length, a few buckets to bound recompiles: powers of two (at least
+  16) up to 64 tokens; past that, multiples of a quarter of the power of two below n, so a
+  prompt is padded by less than 25% (151 -> 160, not 256; 5,000 -> 5,120, not 8,192). A
+  batch pads every row to its longest prompt's bucket, and at batch 32 the prefill of those
+  padded rows was most of the call (experiments/batch_step/)."""
   n = max(n, 1)
-  if n <= LONG_PREFILL:
+  if n <= 64:
     return max(16, 1 << (n - 1).bit_length())
   step = 1 << ((n - 1).bit_length() - 3)  # a quarter of the power of two below n
   return round_up(n, step)

@@ -82,12 +82,14 @@ def test_speculative_greedy_with_inference_layout_equals_target():
     assert specjax.generate(target, prompts, 12, draft="ngram:2", k=k).tokens == base.tokens
 
 
-def test_prompt_buckets_grow_by_at_most_a_quarter_past_1024():
-  assert [prompt_bucket(n) for n in (1, 16, 17, 1000, 1024)] == [16, 16, 32, 1024, 1024]
+def test_prompt_buckets_grow_by_at_most_a_quarter_past_64():
+  assert [prompt_bucket(n) for n in (1, 16, 17, 64, 65, 151, 1000, 1024)] == [
+      16, 16, 32, 64, 80, 160, 1024, 1024]
   assert prompt_bucket(5000) == 5120 and prompt_bucket(1025) == 1280
-  for n in range(1025, 20000, 37):
+  for n in range(65, 20000, 7):
     b = prompt_bucket(n)
-    assert n <= b < 1.25 * n and b % 256 == 0, n
+    assert n <= b < 1.25 * n and b % 16 == 0, n
+  assert len({prompt_bucket(n) for n in range(65, 1025)}) == 16  # four an octave
 
 
 def test_long_prefill_says_so_and_matches_short_path(capfd):
