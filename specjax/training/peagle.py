@@ -86,8 +86,8 @@ def sample_elements(mask: np.ndarray, depths: int, num: int, rng: np.random.Gene
     drawn[r, :len(pick)], ok[r, :len(pick)] = pick, True
   deep = np.tile(drawn, depths - 1)  # [B, num * (K - 1)], depth-major
   anchor = np.concatenate([shallow, deep], 1).astype(np.int32)
-  depth = np.concatenate([np.zeros((b, t - 1), np.int32),
-                          np.repeat(np.arange(1, depths, dtype=np.int32), num)[None].repeat(b, 0)], 1)
+  deep_depth = np.repeat(np.arange(1, depths, dtype=np.int32), num)  # [num * (K - 1)]
+  depth = np.concatenate([np.zeros((b, t - 1), np.int32), np.tile(deep_depth, (b, 1))], 1)
   valid = np.concatenate([np.ones((b, t - 1), bool), np.tile(ok, depths - 1)], 1)
   return anchor, depth, valid
 
