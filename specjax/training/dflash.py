@@ -173,13 +173,10 @@ def batch_loss(params, cfg, target_params, target_cfg, batch, gamma: float) -> t
   "teacher_logp", renormalised on the draft vocabulary as the feature draft's stored
   teacher) or else the target's pass computed online."""
   from specjax.training.peagle import teacher
-  from specjax.training.teacher import dense_teacher_logp, support_index
+  from specjax.training.teacher import stored_teacher
   tokens = batch["tokens"]
   if "features" in batch:
-    feats = batch["features"].astype(jnp.float32)
-    ids = params["draft_ids"]
-    logits = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
-                                support_index(ids, target_cfg.vocab_size), ids.shape[0])
+    feats, logits = stored_teacher(batch, params.get("draft_ids"), target_cfg.vocab_size)
   else:
     feats, logits = teacher(target_params, target_cfg, cfg, tokens)
   if "anchors" in batch:

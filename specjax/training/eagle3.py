@@ -122,17 +122,15 @@ def pool_loss(config, cfg: eagle3.Eagle3Config, target_cfg) -> Callable:
   {"tokens" [B, T+1], "mask" [B, T+1]}, with the pool's stored teacher ("features"
   [B, T+1, A*Dt] and the top-K "teacher_ids", "teacher_logp", renormalised on the draft
   vocabulary as DFlash's) or else the target's pass computed online."""
-  from specjax.training.teacher import dense_teacher_logp, support_index
+  from specjax.training.teacher import stored_teacher
   e = config.eagle3
   steps, decay = int(e.get("ttt_steps", 3)), float(e.get("decay", 1.0))
 
   def f(params, target_params, batch):
     seqs = batch["tokens"]
     if "features" in batch:
-      aux = batch["features"][:, :-1].astype(jnp.float32)
-      ids = params.get("draft_ids", jnp.arange(target_cfg.vocab_size))
-      logits = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
-                                  support_index(ids, target_cfg.vocab_size), ids.shape[0])
+      feats, logits = stored_teacher(batch, params.get("draft_ids"), target_cfg.vocab_size)
+      aux = feats[:, :-1]
     else:
       aux, logits = teacher(target_params, target_cfg, cfg, seqs)
     return loss(params, cfg, aux, seqs, logits, batch["mask"], steps, decay,

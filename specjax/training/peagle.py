@@ -94,7 +94,8 @@ def sample_elements(mask: np.ndarray, depths: int, num: int, rng: np.random.Gene
 
 # ------------------------------------------------------------- the task in the one loop
 # As EAGLE-3's (`training.eagle3`): the same pools, draft initialisation and online teacher;
-# P-EAGLE adds mask_hidden and the mask token and scores every anchor at every depth.
+# P-EAGLE adds mask_hidden and the mask token and scores every anchor at every depth (or
+# sampled rollouts, `with_elements`).
 
 
 def init_draft(config, target, counts=None) -> tuple:
@@ -141,13 +142,10 @@ def batch_loss(params, cfg, target_params, target_cfg, batch, depths: int) -> tu
   with the pool's stored teacher ("features" [B, T, A*Dt] and the top-K "teacher_ids",
   "teacher_logp", renormalised on the draft vocabulary as DFlash's) or else the target's
   pass computed online."""
-  from specjax.training.teacher import dense_teacher_logp, support_index
+  from specjax.training.teacher import stored_teacher
   seqs = batch["tokens"]
   if "features" in batch:
-    aux = batch["features"].astype(jnp.float32)
-    ids = params.get("draft_ids", jnp.arange(target_cfg.vocab_size))
-    logits = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
-                                support_index(ids, target_cfg.vocab_size), ids.shape[0])
+    aux, logits = stored_teacher(batch, params.get("draft_ids"), target_cfg.vocab_size)
   else:
     aux, logits = teacher(target_params, target_cfg, cfg, seqs)
   chosen = ((batch["anchor"], batch["depth"], batch["element_valid"]) if "anchor" in batch

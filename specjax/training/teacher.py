@@ -118,6 +118,16 @@ def teacher_logp_on_support(batch: dict, support: jax.Array, vocab_size: int,
   return online_teacher_logp(target[0], target[1], batch["tokens"], support)
 
 
+def stored_teacher(batch: dict, draft_ids: Optional[jax.Array], vocab_size: int) -> tuple:
+  """A pool batch's stored teacher for an online-teacher draft (EAGLE-3, P-EAGLE, DFlash):
+  (features [B, T, F] float32, log-probabilities [B, T, Vd] on the draft vocabulary
+  `draft_ids`, the whole vocabulary when None), the float16 top K read in float32."""
+  ids = jnp.arange(vocab_size) if draft_ids is None else draft_ids
+  logp = dense_teacher_logp(batch["teacher_ids"], batch["teacher_logp"].astype(jnp.float32),
+                            support_index(ids, vocab_size), ids.shape[0])
+  return batch["features"].astype(jnp.float32), logp
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "layers"))
 def _features(params, cfg: ModelConfig, tokens, *, layers=None):
   out = forward_hidden(params, cfg, tokens, collect=layers)

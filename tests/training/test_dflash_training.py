@@ -18,7 +18,8 @@ from specjax.training.dflash import published, train_dflash
 from specjax.training.evaluate import read_metrics
 from specjax.training import toy
 from specjax.training.peagle import teacher
-from online_runs import STEPS, check_decodes_like_the_target, check_resume, config, toy_run
+from online_runs import (STEPS, check_decodes_like_the_target, check_resume, config,
+                         stored_teacher_batches, toy_run)
 
 
 @pytest.fixture(scope="module")
@@ -116,24 +117,16 @@ def test_stored_teacher_and_sampled_anchors_give_the_online_loss():
   anchors that count, the same for the same step. Control: the stored teacher one position
   late differs."""
   from specjax.training.dflash import batch_loss, init_draft, sample_anchors
-  from specjax.training.teacher import topk_logp
-  from specjax.models.transformer import forward
   c = config("dflash_tiny")
   t = toy.toy_target(seed=c.seed, **c.toy)
   cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
-  b, g = 2, float(c.dflash.gamma)
-  tokens = np.random.default_rng(1).integers(1, 63, (b, 16)).astype(np.int32)
-  mask = np.zeros(tokens.shape, np.float32)
-  mask[0, 2:13], mask[1, 6:15] = 1, 1
-  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+  g = float(c.dflash.gamma)
+  batch, _, _ = stored_teacher_batches(t, np.zeros((2, 16, 1)))
   online, _ = batch_loss(params, cfg, t.params, t.cfg, batch, g)
-  feats, _ = teacher(t.params, t.cfg, cfg, batch["tokens"])
-  ids, logp = topk_logp(forward(t.params, t.cfg, batch["tokens"])[0], t.cfg.vocab_size)
-  stored = dict(batch, features=feats.astype(jnp.float16), teacher_ids=ids,
-                teacher_logp=logp.astype(jnp.float16))
+  batch, stored, late = stored_teacher_batches(t, teacher(t.params, t.cfg, cfg, batch["tokens"])[0])
+  mask = np.asarray(batch["mask"])
   np.testing.assert_allclose(float(batch_loss(params, cfg, None, t.cfg, stored, g)[0]),
                              float(online), rtol=2e-3)
-  late = dict(stored, teacher_ids=jnp.roll(ids, 1, 1), teacher_logp=jnp.roll(stored["teacher_logp"], 1, 1))
   assert abs(float(batch_loss(params, cfg, None, t.cfg, late, g)[0]) - float(online)) > 0.02
   anchors, valid = sample_anchors(cfg, mask, 16, np.random.default_rng(0))
   # anchor a counts when mask[a .. a + 2] names a token (slots 1-3) and a + 3 < 16: 0-12, 4-12

@@ -53,24 +53,17 @@ def test_stored_teacher_gives_the_online_loss():
   loss and agreement. Control: the stored teacher one position late differs."""
   import jax.numpy as jnp
   from configs.distill import get_config
-  from specjax.models.transformer import forward
   from specjax.training.eagle3 import init_draft, pool_loss, teacher
-  from specjax.training.teacher import topk_logp
+  from online_runs import stored_teacher_batches
   c = get_config("eagle3_tiny")
   t = toy.toy_target(seed=c.seed, **c.toy)
   cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
-  tokens = np.random.default_rng(1).integers(1, 63, (2, 16)).astype(np.int32)
-  mask = np.zeros(tokens.shape, np.float32)
-  mask[0, 2:13], mask[1, 6:15] = 1, 1
-  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
   f = pool_loss(c, cfg, t.cfg)
+  batch, _, _ = stored_teacher_batches(t, np.zeros((2, 16, 1)))
   online, agree = f(params, t.params, batch)
   aux, _ = teacher(t.params, t.cfg, cfg, jnp.pad(batch["tokens"], ((0, 0), (0, 1))))
-  ids, logp = topk_logp(forward(t.params, t.cfg, batch["tokens"])[0], t.cfg.vocab_size)
-  stored = dict(batch, features=aux.astype(jnp.float16), teacher_ids=ids,
-                teacher_logp=logp.astype(jnp.float16))
+  _, stored, late = stored_teacher_batches(t, aux)
   loss, stored_agree = f(params, None, stored)
   np.testing.assert_allclose(float(loss), float(online), rtol=2e-3)
   np.testing.assert_array_equal(np.asarray(stored_agree), np.asarray(agree))
-  late = dict(stored, teacher_ids=jnp.roll(ids, 1, 1), teacher_logp=jnp.roll(stored["teacher_logp"], 1, 1))
   assert abs(float(f(params, None, late)[0]) - float(online)) > 0.02

@@ -16,7 +16,8 @@ from specjax.loading import draft_formats, load_model
 from specjax.models import peagle as peagle_lib
 from specjax.training.evaluate import read_metrics
 from specjax.training.peagle import elements, published, teacher, train_peagle
-from online_runs import STEPS, check_decodes_like_the_target, check_resume, config, toy_run
+from online_runs import (STEPS, check_decodes_like_the_target, check_resume, config,
+                         stored_teacher_batches, toy_run)
 
 
 @pytest.fixture(scope="module")
@@ -116,26 +117,19 @@ def test_stored_teacher_and_sampled_elements_give_the_online_loss():
   prediction counts) give, batched, what the one-row path (the one checked against
   speculators above) gives row by row, weighted by elements that count; the same step
   draws the same. Control: the stored teacher one position late differs."""
-  from specjax.models.transformer import forward
   from specjax.training import toy
   from specjax.training.peagle import batch_loss, init_draft, peagle_loss, sample_elements
-  from specjax.training.teacher import topk_logp
   c = config("peagle_tiny")
   t = toy.toy_target(seed=c.seed, **c.toy)
   cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
   k, n = cfg.n_depths, 16
-  tokens = np.random.default_rng(1).integers(1, 63, (2, n)).astype(np.int32)
-  mask = np.zeros(tokens.shape, np.float32)
-  mask[0, 2:13], mask[1, 6:15] = 1, 1
-  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+  batch, _, _ = stored_teacher_batches(t, np.zeros((2, n, 1)))
   online, _ = batch_loss(params, cfg, t.params, t.cfg, batch, k)
   aux, logits = teacher(t.params, t.cfg, cfg, batch["tokens"])
-  ids, logp = topk_logp(forward(t.params, t.cfg, batch["tokens"])[0], t.cfg.vocab_size)
-  stored = dict(batch, features=aux.astype(jnp.float16), teacher_ids=ids,
-                teacher_logp=logp.astype(jnp.float16))
+  batch, stored, late = stored_teacher_batches(t, aux)
+  mask = np.asarray(batch["mask"])
   np.testing.assert_allclose(float(batch_loss(params, cfg, None, t.cfg, stored, k)[0]),
                              float(online), rtol=2e-3)
-  late = dict(stored, teacher_ids=jnp.roll(ids, 1, 1), teacher_logp=jnp.roll(stored["teacher_logp"], 1, 1))
   assert abs(float(batch_loss(params, cfg, None, t.cfg, late, k)[0]) - float(online)) > 0.02
   anchor, depth, valid = sample_elements(mask, k, 4, np.random.default_rng(3))
   assert anchor.shape == (2, n - 1 + 4 * (k - 1)) and valid.all()
