@@ -22,7 +22,7 @@ from typing import Any
 import jax
 
 from specjax.decoding import program_store
-from specjax.decoding.loop import prefill, rounds
+from specjax.decoding.loop import classes_of, prefill, rounds
 from specjax.models import pass_options
 
 MAX_PROGRAMS = 64  # compiled (prefill, rounds) pairs kept in one process
@@ -83,25 +83,17 @@ class CompiledLoop:
     return state, prefill_s, time.perf_counter() - start
 
 
-def _node_types(treedef) -> tuple:
-  """The classes of a treedef's nodes, nested as the tree is."""
-  data = treedef.node_data()
-  return (None if data is None else data[0],) + tuple(_node_types(c) for c in treedef.children())
-
-
 def signature(args: tuple, statics: dict) -> tuple:
-  """What a compiled loop is reused for: the args' tree with its node classes, the leaves'
-  shapes, dtypes and shardings, and the static settings. The classes are listed on their
-  own because two flax dataclasses with the same fields compare equal as treedefs (a
-  drafter subclass that overrides `propose` would otherwise be served its parent's program
-  whenever the two hashes met in the cache's table)."""
+  """What a compiled loop is reused for: the args' tree with the classes of its nodes
+  (`loop.classes_of`: equal treedefs may hold different classes), the leaves' shapes,
+  dtypes and shardings, and the static settings."""
   leaves, treedef = jax.tree.flatten(args)
-  return (treedef, _node_types(treedef),
+  return (treedef, classes_of(*args[:2]),
           tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
           tuple(sorted(statics.items())))  # rows follow from these
 
 
-PREFILL_STATICS = ("eos_ids", "max_len", "target_cfg")  # what `loop.prefill` reads; not k or tree
+PREFILL_STATICS = ("eos_ids", "max_len", "target_cfg", "classes")  # what `loop.prefill` reads; not k or tree
 _PREFILLS: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
 
 
@@ -109,6 +101,7 @@ def _build(args: tuple, statics: dict, rows: int, fresh: bool = False) -> tuple[
   """Lowers and compiles the rounds, and the prefill unless a loop for another k or tree
   already compiled it (jax reads its persistent cache where it is on): (loop, programs
   compiled)."""
+  statics = dict(statics, classes=classes_of(*args[:2]))  # jit's own cache key, too
   pre_statics = {n: statics[n] for n in PREFILL_STATICS if n in statics}
   pre_sig = signature(args, pre_statics)
   pre, built = None if fresh else _PREFILLS.get(pre_sig), 1

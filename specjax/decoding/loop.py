@@ -82,15 +82,27 @@ def _decoder(target, target_cfg):
   return target if target_cfg is None else Decoder(params=target, cfg=target_cfg)
 
 
-@functools.partial(jax.jit, static_argnames=("eos_ids", "max_len", "target_cfg"))
+def classes_of(target, drafter) -> tuple:
+  """The classes of the target's and the drafter's pytree nodes, nested as the trees are: a
+  static key of both programs. jit's cache compares treedefs, and two flax dataclasses with
+  the same fields compare equal as treedefs, so a drafter subclass that overrides `propose`
+  would otherwise be served its parent's trace whenever the two keys met in that cache."""
+  def types(treedef):
+    data = treedef.node_data()
+    return (None if data is None else data[0],) + tuple(types(c) for c in treedef.children())
+  return types(jax.tree.structure((target, drafter)))
+
+
+@functools.partial(jax.jit, static_argnames=("eos_ids", "max_len", "target_cfg", "classes"))
 def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
             key: jax.Array, sampling: sampling_lib.TracedSampling, *, eos_ids: tuple,
-            max_len: int, target_cfg=None) -> LoopState:
+            max_len: int, target_cfg=None, classes: tuple = ()) -> LoopState:
   """The prompt bucket in one pass, the first new token from the target, and the loop's
   initial state without its counters (`rounds` adds them: their shapes follow k and the
   tree, which the prefill does not read, so one prefill program serves every k and tree).
   Compiled apart from the rounds: its passes have many rows.
-  max_new and sampling's numbers are traced (one program for all their values)."""
+  max_new and sampling's numbers are traced (one program for all their values).
+  classes: `classes_of(target, drafter)`, read by jit's cache only."""
   target = _decoder(target, target_cfg)
   b, p_len = prompt.shape
   rows = jnp.arange(b)
@@ -120,11 +132,11 @@ def _with_counters(s: LoopState, r: int, tree) -> LoopState:
       rank_hits=jnp.zeros((b, r, 1 if tree is None else tree.max_children), jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames=("k", "eos_ids", "verifier", "tree", "target_cfg"),
-                   donate_argnums=(2,))
+@functools.partial(jax.jit, static_argnames=("k", "eos_ids", "verifier", "tree", "target_cfg",
+                                             "classes"), donate_argnums=(2,))
 def rounds(target, drafter, state: LoopState, prompt_lens: jax.Array, max_new: jax.Array,
            sampling: sampling_lib.TracedSampling, *, k: int, eos_ids: tuple,
-           verifier=verify_row, tree=None, target_cfg=None) -> LoopState:
+           verifier=verify_row, tree=None, target_cfg=None, classes: tuple = ()) -> LoopState:
   """Speculative rounds from `prefill`'s state until every row is done (one while_loop).
   Its passes have B x (k + 1) rows (B x tree slots): `pass_options` compiles it for that.
   The cache length is the state's (`prefill`'s max_len)."""
@@ -189,7 +201,8 @@ def run(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax
   """
   if isinstance(sampling, sampling_lib.SamplingParams):
     sampling = sampling.traced()
+  classes = classes_of(target, drafter)
   state = prefill(target, drafter, prompt, prompt_lens, max_new, key, sampling, max_len=max_len,
-                  eos_ids=eos_ids, target_cfg=target_cfg)
+                  eos_ids=eos_ids, target_cfg=target_cfg, classes=classes)
   return rounds(target, drafter, state, prompt_lens, max_new, sampling, verifier=verifier,
-                k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg)
+                k=k, eos_ids=eos_ids, tree=tree, target_cfg=target_cfg, classes=classes)

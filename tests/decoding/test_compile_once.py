@@ -269,3 +269,27 @@ def test_only_faithful_signatures_are_stored():
   assert program_store.key(repr(named)) is not None
   assert program_store.key(repr(compiled._named({"verifier": my_rule}))) is None
   assert program_store.key(repr(np.arange(5000))) is None  # numpy shortens it with "..."
+
+
+def test_a_drafter_subclass_is_its_own_program():
+  """A subclass with its parent's fields compares equal to it as a treedef (jit's cache
+  would serve it the parent's trace whenever their hashes met in the table: a negative
+  control in CI once passed that way); the classes are a static key of both programs, so
+  the subclass's own `propose` runs: here it drafts token 0 always, never accepted."""
+  import flax.struct
+  from specjax.decoding import loop
+
+  @flax.struct.dataclass
+  class DraftsZero(type(DRAFT)):
+    def propose(self, state, ctx, key):
+      drafts, q, state, cache = super().propose(state, ctx, key)
+      return jnp.zeros_like(drafts), q, state, cache
+
+  wrong = DraftsZero(params=DRAFT.params, cfg=DRAFT.cfg, name=DRAFT.name)
+  assert jax.tree.structure(wrong) == jax.tree.structure(DRAFT)  # what jit's cache compares
+  assert loop.classes_of(TARGET, wrong) != loop.classes_of(TARGET, DRAFT)
+  parent = _run(temperature=0.0)
+  out = specjax.generate(TARGET, PROMPTS[:2], 12, draft=wrong, k=3, eos_ids=(),
+                         temperature=0.0)
+  assert out.tokens == parent.tokens  # greedy: exact whatever is drafted
+  assert parent.stats.accepted.sum() > 0 and out.stats.accepted.sum() == 0
