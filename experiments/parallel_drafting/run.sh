@@ -37,11 +37,11 @@ python scripts/speculate.py --config.draft=dflash:$RUNS/dflash_smollm2_spec --co
 # 6. P-EAGLE on the same data (8 depths: k = 8 drafts from one pass; stored teacher; 32
 #    rollouts a row a step), exported in speculators' peagle format, then the batch-8 sweep
 #    and the main job with it.
-python scripts/distill.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2  # the recorded run: stopped at step 600
+python scripts/distill.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2  # the recorded run: stopped after step 800 (the export: its best, step 800)
 python scripts/export_draft.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2 \
     --format=speculators --out=$RUNS/peagle_smollm2_spec
 python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pe_batch8 \
-    --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=0,1 \
+    --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=0 \
     $EVAL --config.prompts.per_category=4 --config.batch_size=8 --config.repeats=2
 cp $RUNS/pe_batch8/summary.md $OUT/peagle_batch8.md
 # (not run yet:) python scripts/speculate.py --config.draft=peagle:$RUNS/peagle_smollm2_spec --config.k=8 \
