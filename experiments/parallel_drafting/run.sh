@@ -37,7 +37,7 @@ python scripts/speculate.py --config.draft=dflash:$RUNS/dflash_smollm2_spec --co
 # 6. P-EAGLE on the same data (8 depths: k = 8 drafts from one pass; stored teacher; 32
 #    rollouts a row a step), exported in speculators' peagle format, then the batch-8 sweep
 #    and the main job with it.
-python scripts/distill.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2  # the recorded run: stopped after step 800 (the export: its best, step 800)
+python scripts/distill.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2  # the recorded run: 1,000 steps, resumed twice; its best (exported): step 800
 python scripts/export_draft.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2 \
     --format=speculators --out=$RUNS/peagle_smollm2_spec
 python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pe_batch8 \
