@@ -65,19 +65,23 @@ def check_decodes_like_the_target(t, held, trained, loaded) -> None:
   assert (s.draft_passes == s.rounds).all()  # one draft pass a round
 
 
-def stored_teacher_batches(t, features):
-  """Two toy pool rows with masks of different spans, then that batch with the target's
-  stored teacher (its top K over the whole vocabulary and `features`, float16) and the
-  same one position late (the control): (batch, stored, late)."""
+def pool_rows():
+  """Two toy pool rows with masks of different spans: {"tokens", "mask"} [2, 16]."""
   import jax.numpy as jnp
-  from specjax.models.transformer import forward
-  from specjax.training.teacher import topk_logp
   tokens = np.random.default_rng(1).integers(1, 63, (2, 16)).astype(np.int32)
   mask = np.zeros(tokens.shape, np.float32)
   mask[0, 2:13], mask[1, 6:15] = 1, 1
-  batch = {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+  return {"tokens": jnp.asarray(tokens), "mask": jnp.asarray(mask)}
+
+
+def with_stored_teacher(t, batch, features):
+  """`batch` with the target's stored teacher (its top K over the whole vocabulary and
+  `features`, float16) and the same one position late (the control): (stored, late)."""
+  import jax.numpy as jnp
+  from specjax.models.transformer import forward
+  from specjax.training.teacher import topk_logp
   ids, logp = topk_logp(forward(t.params, t.cfg, batch["tokens"])[0], t.cfg.vocab_size)
   stored = dict(batch, features=jnp.asarray(features).astype(jnp.float16), teacher_ids=ids,
                 teacher_logp=logp.astype(jnp.float16))
   late = dict(stored, teacher_ids=jnp.roll(ids, 1, 1), teacher_logp=jnp.roll(stored["teacher_logp"], 1, 1))
-  return batch, stored, late
+  return stored, late

@@ -18,8 +18,8 @@ from specjax.training.dflash import published, train_dflash
 from specjax.training.evaluate import read_metrics
 from specjax.training import toy
 from specjax.training.peagle import teacher
-from online_runs import (STEPS, check_decodes_like_the_target, check_resume, config,
-                         stored_teacher_batches, toy_run)
+from online_runs import (STEPS, check_decodes_like_the_target, check_resume, config, pool_rows,
+                         toy_run, with_stored_teacher)
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +121,9 @@ def test_stored_teacher_and_sampled_anchors_give_the_online_loss():
   t = toy.toy_target(seed=c.seed, **c.toy)
   cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
   g = float(c.dflash.gamma)
-  batch, _, _ = stored_teacher_batches(t, np.zeros((2, 16, 1)))
+  batch = pool_rows()
   online, _ = batch_loss(params, cfg, t.params, t.cfg, batch, g)
-  batch, stored, late = stored_teacher_batches(t, teacher(t.params, t.cfg, cfg, batch["tokens"])[0])
+  stored, late = with_stored_teacher(t, batch, teacher(t.params, t.cfg, cfg, batch["tokens"])[0])
   mask = np.asarray(batch["mask"])
   np.testing.assert_allclose(float(batch_loss(params, cfg, None, t.cfg, stored, g)[0]),
                              float(online), rtol=2e-3)

@@ -54,15 +54,15 @@ def test_stored_teacher_gives_the_online_loss():
   import jax.numpy as jnp
   from configs.distill import get_config
   from specjax.training.eagle3 import init_draft, pool_loss, teacher
-  from online_runs import stored_teacher_batches
+  from online_runs import pool_rows, with_stored_teacher
   c = get_config("eagle3_tiny")
   t = toy.toy_target(seed=c.seed, **c.toy)
   cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
   f = pool_loss(c, cfg, t.cfg)
-  batch, _, _ = stored_teacher_batches(t, np.zeros((2, 16, 1)))
+  batch = pool_rows()
   online, agree = f(params, t.params, batch)
   aux, _ = teacher(t.params, t.cfg, cfg, jnp.pad(batch["tokens"], ((0, 0), (0, 1))))
-  _, stored, late = stored_teacher_batches(t, aux)
+  stored, late = with_stored_teacher(t, batch, aux)
   loss, stored_agree = f(params, None, stored)
   np.testing.assert_allclose(float(loss), float(online), rtol=2e-3)
   np.testing.assert_array_equal(np.asarray(stored_agree), np.asarray(agree))

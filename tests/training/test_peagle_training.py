@@ -16,8 +16,8 @@ from specjax.loading import draft_formats, load_model
 from specjax.models import peagle as peagle_lib
 from specjax.training.evaluate import read_metrics
 from specjax.training.peagle import elements, published, teacher, train_peagle
-from online_runs import (STEPS, check_decodes_like_the_target, check_resume, config,
-                         stored_teacher_batches, toy_run)
+from online_runs import (STEPS, check_decodes_like_the_target, check_resume, config, pool_rows,
+                         toy_run, with_stored_teacher)
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +123,10 @@ def test_stored_teacher_and_sampled_elements_give_the_online_loss():
   t = toy.toy_target(seed=c.seed, **c.toy)
   cfg, params = init_draft(c, t, np.arange(t.cfg.vocab_size))
   k, n = cfg.n_depths, 16
-  batch, _, _ = stored_teacher_batches(t, np.zeros((2, n, 1)))
+  batch = pool_rows()
   online, _ = batch_loss(params, cfg, t.params, t.cfg, batch, k)
   aux, logits = teacher(t.params, t.cfg, cfg, batch["tokens"])
-  batch, stored, late = stored_teacher_batches(t, aux)
+  stored, late = with_stored_teacher(t, batch, aux)
   mask = np.asarray(batch["mask"])
   np.testing.assert_allclose(float(batch_loss(params, cfg, None, t.cfg, stored, k)[0]),
                              float(online), rtol=2e-3)
