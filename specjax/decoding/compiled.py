@@ -84,16 +84,16 @@ class CompiledLoop:
 
 
 def signature(args: tuple, statics: dict) -> tuple:
-  """What a compiled loop is reused for: the args' tree, the leaves' shapes, dtypes and
-  shardings, and the static settings (with `classes`: equal treedefs may hold different
-  classes, `loop.classes_of`)."""
+  """What a compiled loop is reused for: the args' tree with the classes of its nodes
+  (`loop.classes_of`: equal treedefs may hold different classes), the leaves' shapes,
+  dtypes and shardings, and the static settings."""
   leaves, treedef = jax.tree.flatten(args)
-  return (treedef,
+  return (treedef, classes_of(*args[:2]),
           tuple((x.shape, str(x.dtype), getattr(x, "sharding", None)) for x in leaves),
           tuple(sorted(statics.items())))  # rows follow from these
 
 
-PREFILL_STATICS = ("eos_ids", "max_len", "target_cfg", "classes")  # `loop.prefill`'s: not k, tree
+PREFILL_STATICS = ("eos_ids", "max_len", "target_cfg", "classes")  # what `loop.prefill` reads; not k or tree
 _PREFILLS: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
 
 
@@ -101,6 +101,7 @@ def _build(args: tuple, statics: dict, rows: int, fresh: bool = False) -> tuple[
   """Lowers and compiles the rounds, and the prefill unless a loop for another k or tree
   already compiled it (jax reads its persistent cache where it is on): (loop, programs
   compiled)."""
+  statics = dict(statics, classes=classes_of(*args[:2]))  # jit's own cache key, too
   pre_statics = {n: statics[n] for n in PREFILL_STATICS if n in statics}
   pre_sig = signature(args, pre_statics)
   pre, built = None if fresh else _PREFILLS.get(pre_sig), 1
@@ -141,7 +142,6 @@ def compiled_loop(args: tuple, statics: dict, rows: int,
   table had it; loaded whole when `program_store` had it). rows: of one round's target
   pass (batch x (k + 1) or tree slots). fresh: compile it again, reading neither table
   nor disk cache (the stored loop is then replaced)."""
-  statics = dict(statics, classes=classes_of(*args[:2]))  # a key of jit's cache, and ours
   sig = signature(args, statics)
   if sig in _COMPILED and not fresh:
     _COMPILED.move_to_end(sig)
