@@ -33,6 +33,11 @@ os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 # 1e-4, failed there by 3e-3 (experiments/gpu/README.md, the 2026-12-04 lease); the CPU
 # computes them in float32 either way.
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# One torch (OpenMP) thread: `make test` runs two files at once on two cores, and torch's
+# two spinning threads beside another process ran transformers' generate of 16 tokens on
+# SmolLM2-135M in 7-14 s against 1.3 s with one; tests/loading/test_loading.py took 118
+# CPU-s against 67. Read when torch is first imported, which the fixtures do later.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The tests' programs are tiny, so compiling them is most of their time. XLA's CPU backend
 # at LLVM -O0 ran tests/decoding/test_tree.py in 137 s against 201 s at its default, back to
 # back; with its older elemental emitters instead of the MLIR fusion emitters the same file
@@ -42,11 +47,14 @@ os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # Files that mostly run programs rather than compile them (the sampling laws draw many
 # rounds) keep XLA's default -O2 when they run alone, as `make test` runs each file:
 # tests/test_exact_sampling.py took 38 CPU-s at -O2 against 50 at -O0.
+# One LLVM module a program instead of XLA's split for parallel codegen: three tiny-model
+# generate calls (a chain at k = 2 and 3, a static tree) took 5.3-5.5 CPU-s against 6.0-6.3.
 RUN_HEAVY = ("test_exact_sampling.py", "test_tree_sampling.py")
 _files = [a for a in sys.argv[1:] if a.endswith(".py") or ".py::" in a]
 _level = "2" if _files and all(a.split("::")[0].endswith(RUN_HEAVY) for a in _files) else "0"
 for _flag, _value in (("xla_backend_optimization_level", _level),
-                      ("xla_cpu_use_fusion_emitters", "false")):
+                      ("xla_cpu_use_fusion_emitters", "false"),
+                      ("xla_cpu_parallel_codegen_split_count", "1")):
   if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 

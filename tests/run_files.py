@@ -13,7 +13,10 @@ and said so. A file with a failing test is never rerun.
   python tests/run_files.py [-m MARKEXPR] [--jobs N] [--timeout S] [--record] [files or folders ...]
 
 Files start slowest first by tests/file_seconds.json (`--record` rewrites it from a run), so
-the two jobs end together.
+the two jobs end together. Files that the record says are short share a process, up to
+`--group` CPU seconds a process: each process pays about 2.5 CPU-s to start pytest and
+import jax before its first test, about a tenth of the suite when every file paid it. The
+conftest drops jax's compiled programs after each file, as a file's own process would.
 
 Prints one line per file as it finishes, the whole output of any file that failed, and
 a total; exits 1 if any file failed.
@@ -47,8 +50,9 @@ NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker expression selects 
 
 @dataclasses.dataclass
 class FileResult:
-  """One file's run. rc: pytest's exit code, negative for a signal, None for a timeout."""
-  path: str
+  """One process's run of one file or of a group of short files (`paths`). rc: pytest's
+  exit code, negative for a signal, None for a timeout."""
+  paths: tuple
   rc: int | None
   seconds: float
   output: str
@@ -69,8 +73,14 @@ class FileResult:
     return {kind: int(n) for n, kind in _COUNT.findall(tail[0])}
 
 
-def _run_once(path: str, pytest_args: list, timeout: float) -> FileResult:
-  cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *pytest_args, path]
+  @property
+  def name(self) -> str:
+    return " + ".join(os.path.relpath(p, ROOT) for p in self.paths)
+
+
+def _run_once(paths: tuple, pytest_args: list, timeout: float) -> FileResult:
+  cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *pytest_args,
+         *paths]
   start = time.perf_counter()
   # Own process group, so a timeout also ends the subprocesses a test started.
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -83,15 +93,17 @@ def _run_once(path: str, pytest_args: list, timeout: float) -> FileResult:
     out, _ = proc.communicate()
     out += f"\n[run_files] killed after {timeout:.0f} s (--timeout)\n"
     rc = None
-  return FileResult(path, rc, time.perf_counter() - start, out)
+  return FileResult(tuple(paths), rc, time.perf_counter() - start, out)
 
 
-def run_file(path: str, pytest_args: list, timeout: float) -> FileResult:
-  """Runs one file; once more if a signal killed the first run (XLA crashed)."""
-  result = _run_once(path, pytest_args, timeout)
+def run_file(paths, pytest_args: list, timeout: float) -> FileResult:
+  """Runs one file (a path) or a group (a tuple of paths) in one process; once more if a
+  signal killed the first run (XLA crashed)."""
+  paths = (paths,) if isinstance(paths, str) else tuple(paths)
+  result = _run_once(paths, pytest_args, timeout)
   if result.rc is not None and result.rc < 0:
     first = result
-    result = _run_once(path, pytest_args, timeout)
+    result = _run_once(paths, pytest_args, timeout)
     result.crashes = 1
     result.output = (f"[run_files] first run killed by {signal.Signals(-first.rc).name} after "
                      f"{first.seconds:.0f} s; its output:\n{first.output}\n"
@@ -109,7 +121,7 @@ def _describe(result: FileResult) -> str:
     status = "ok" if result.ok else "FAILED"
   crashed = ", after one crash (rerun)" if result.crashes else ""
   cpu = "" if result.cpu is None else f" (cpu {result.cpu} s)"
-  return (f"{status:<8} {os.path.relpath(result.path, ROOT):<40} {counts} in "
+  return (f"{status:<8} {result.name:<40} {counts} in "
           f"{result.seconds:.0f} s{cpu}{crashed}")
 
 
@@ -129,9 +141,11 @@ def read_seconds(path: str = SECONDS) -> dict:
 
 
 def write_seconds(results: list, path: str = SECONDS) -> None:
-  """Records each passing file's CPU seconds (`--record`), keeping the other files' entries."""
+  """Records each passing file's CPU seconds (`--record`, which runs every file alone),
+  keeping the other files' entries; a group's run is not any one file's."""
   known = read_seconds(path)
-  known.update({os.path.relpath(r.path, ROOT): r.cpu for r in results if r.ok and r.cpu})
+  known.update({os.path.relpath(r.paths[0], ROOT): r.cpu for r in results
+                if r.ok and r.cpu and len(r.paths) == 1})
   with open(path, "w", encoding="utf-8") as f:
     json.dump(dict(sorted(known.items())), f, indent=1)
     f.write("\n")
@@ -153,6 +167,27 @@ def find_test_files(paths: list, seconds: dict | None = None) -> list:
   return sorted(files, key=lambda f: (known(f) is not None, -(known(f) or os.path.getsize(f))))
 
 
+def group_short_files(files: list, budget: float, seconds: dict | None = None) -> list:
+  """`files` (in run order) as the processes to run: a tuple of paths each. Files whose
+  recorded CPU seconds are under `budget` / 3 join the group after them in order until it
+  would pass `budget`; longer and unrecorded files run alone. budget 0: every file alone."""
+  seconds = read_seconds() if seconds is None else seconds
+  groups, open_group, total = [], [], 0.0
+  for f in files:
+    cost = seconds.get(os.path.relpath(f, ROOT))
+    if not budget or cost is None or cost >= budget / 3:
+      groups.append((f,))
+      continue
+    if open_group and total + cost > budget:
+      groups.append(tuple(open_group))
+      open_group, total = [], 0.0
+    open_group.append(f)
+    total += cost
+  if open_group:
+    groups.append(tuple(open_group))
+  return groups
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("files", nargs="*",
@@ -166,20 +201,24 @@ def main(argv=None) -> int:
                            "by default: two files that compiled the same program at the same "
                            "moment read a broken entry, 'NOT_FOUND: Function ... not found', and "
                            "files share few programs, so it saved little)")
+  parser.add_argument("--group", type=float, default=60.0,
+                      help="CPU seconds of short files (by the record) that share one process "
+                           "(default 60; 0: one process a file)")
   parser.add_argument("--record", action="store_true",
                       help="write each passing file's CPU seconds to tests/file_seconds.json, "
                            "the order later runs start the files in (slowest first)")
   args = parser.parse_args(argv)
-  if args.jobs < 1 or args.timeout <= 0:
-    parser.error("--jobs must be at least 1 and --timeout positive")
+  if args.jobs < 1 or args.timeout <= 0 or args.group < 0:
+    parser.error("--jobs must be at least 1, --timeout positive and --group at least 0")
   pytest_args = ["-m", args.markers] if args.markers else []
   files = find_test_files(args.files)
+  groups = group_short_files(files, 0.0 if args.record else args.group)
   shared = share_compilation_cache() if args.shared_cache else None
-  print(f"run_files: {len(files)} files, {args.jobs} at a time, one process each"
+  print(f"run_files: {len(files)} files in {len(groups)} processes, {args.jobs} at a time"
         + (f", -m {args.markers!r}" if args.markers else "")
         + (f", compilation cache shared in {shared}" if shared else ""), flush=True)
   try:
-    return _run_all(files, pytest_args, args)
+    return _run_all(groups, pytest_args, args)
   finally:
     if shared:
       shutil.rmtree(shared, ignore_errors=True)
@@ -199,7 +238,7 @@ def share_compilation_cache() -> str:
   return path
 
 
-def _run_all(files: list, pytest_args: list, args) -> int:
+def _run_all(groups: list, pytest_args: list, args) -> int:
 
   start, lock, results = time.perf_counter(), threading.Lock(), []
 
@@ -214,21 +253,21 @@ def _run_all(files: list, pytest_args: list, args) -> int:
     return result
 
   with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-    list(pool.map(job, files))
+    list(pool.map(job, groups))
 
   if args.record:
     write_seconds(results)
   failed = [r for r in results if not r.ok]
   for r in failed:
-    print(f"\n{'=' * 30} {os.path.relpath(r.path, ROOT)} {'=' * 30}\n{r.output}", flush=True)
+    print(f"\n{'=' * 30} {r.name} {'=' * 30}\n{r.output}", flush=True)
   totals = {kind: sum(r.counts().get(kind, 0) for r in results) for kind in KINDS}
   totals = {kind: n for kind, n in totals.items() if n}
-  crashed = [os.path.relpath(r.path, ROOT) for r in results if r.crashes]
+  crashed = [r.name for r in results if r.crashes]
   cpu = sum(r.cpu or 0 for r in results)
   print(f"\nrun_files: {', '.join(f'{n} {k}' for k, n in totals.items())} in "
-        f"{len(results)} files, {time.perf_counter() - start:.0f} s wall, cpu {cpu} s"
+        f"{sum(len(r.paths) for r in results)} files, {time.perf_counter() - start:.0f} s wall, cpu {cpu} s"
         + (f"; rerun after a crash: {', '.join(crashed)}" if crashed else "")
-        + (f"; FAILED: {', '.join(os.path.relpath(r.path, ROOT) for r in failed)}" if failed else ""),
+        + (f"; FAILED: {', '.join(r.name for r in failed)}" if failed else ""),
         flush=True)
   return 1 if failed else 0
 

@@ -97,8 +97,26 @@ def test_files_start_slowest_first_by_the_record(tmp_path):
   order = run_files.find_test_files([str(tmp_path)], {rel("a"): 90, rel("b"): 5, rel("c"): 30})
   assert order == [files["d"], files["a"], files["c"], files["b"]]
   record = str(tmp_path / "seconds.json")
-  run_files.write_seconds([run_files.FileResult(files["a"], 0, 1.0, "cpu 7 s")], record)
-  run_files.write_seconds([run_files.FileResult(files["b"], 0, 1.0, "cpu 3 s"),
-                           run_files.FileResult(files["c"], 1, 1.0, "cpu 9 s")], record)
+  run_files.write_seconds([run_files.FileResult((files["a"],), 0, 1.0, "cpu 7 s")], record)
+  run_files.write_seconds([run_files.FileResult((files["b"],), 0, 1.0, "cpu 3 s"),
+                           run_files.FileResult((files["c"],), 1, 1.0, "cpu 9 s")], record)
   assert run_files.read_seconds(record) == {rel("a"): 7, rel("b"): 3}  # c failed: not recorded
 
+
+
+def test_short_files_share_a_process(tmp_path, capsys):
+  """Files the record calls short are packed, in run order, into processes of at most the
+  budget; long and unrecorded files run alone; a failing test in a group fails the run and
+  names the group; --group 0 runs every file alone."""
+  files = {n: _write(tmp_path, f"test_{n}.py", "def test_a(): pass\n") for n in "abcdef"}
+  rel = lambda n: os.path.relpath(files[n], run_files.ROOT)
+  record = {rel("a"): 50, rel("b"): 9, rel("c"): 8, rel("d"): 7, rel("e"): 9}  # f: unknown
+  order = [files[n] for n in "fabcde"]
+  groups = run_files.group_short_files(order, 30, record)
+  assert groups == [(files["f"],), (files["a"],), (files["b"], files["c"], files["d"]),
+                    (files["e"],)]  # short (under 30 / 3), and 9 + 8 + 7 + 9 would pass 30
+  assert run_files.group_short_files(order, 0, record) == [(f,) for f in order]
+  bad = _write(tmp_path, "test_bad.py", "def test_a(): assert 1 == 2\n")
+  result = run_files.run_file((files["b"], bad), [], timeout=120)
+  assert result.rc == 1 and not result.ok and result.counts() == {"passed": 1, "failed": 1}
+  assert result.name == f"{rel('b')} + {os.path.relpath(bad, run_files.ROOT)}"
