@@ -63,16 +63,22 @@ class Recorder(DrafterBase):
 
 
 WIDTH = 64  # reference calls are right-padded to one width: one compile, causal models
-             # keep the padding out of the real positions
+             # keep the padding out of the real positions. Shapes that grow (the fed-back
+             # features and tokens) stay numpy arrays on the host, so no call recompiles.
 
 
 @jax.jit
+def _padded_target_features(tokens):
+  return forward_hidden(TARGET.params, TARGET.cfg, tokens)[0]
+
+
 def _target_features(tokens):
-  return forward_hidden(TARGET.params, TARGET.cfg, _pad(tokens))[0]
+  return np.asarray(_padded_target_features(_pad(tokens)))
 
 
 def _pad(x):
-  return jnp.pad(x, ((0, 0), (0, WIDTH - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
+  x = np.asarray(x)
+  return np.pad(x, ((0, 0), (0, WIDTH - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
 
 
 @jax.jit
@@ -83,22 +89,28 @@ def _last_prediction(params, features, next_tokens, n):
 
 
 def _predict(params, feats, nxt):
-  return _last_prediction(params, _pad(feats), _pad(nxt), nxt.shape[1])
+  return np.asarray(_last_prediction(params, _pad(feats), _pad(nxt), nxt.shape[1]))
+
+
+@jax.jit
+def _greedy_draft(params, f):
+  """f [1, 1, D] -> the draft head's greedy token."""
+  return jnp.argmax(head(params, DRAFT_CFG, f)[0, 0])
 
 
 def _reference_drafts(draft_params, tokens, k):
   """Cache-free: target features of tokens[:-1], then k feature-draft steps feeding back
   the draft's own predicted features -> k greedy drafts."""
-  toks = jnp.asarray(tokens)[None]
+  toks = np.asarray(tokens)[None]
   feats = _target_features(toks[:, :-1])[:, :toks.shape[1] - 1]  # f_0 .. f_{n-2}
   nxt = toks[:, 1:]  # tokens 1 .. n-1
   out = []
   for _ in range(k):
     f = _predict(draft_params, feats, nxt)[:, None]  # [1, 1, D]
-    d = jnp.argmax(head(draft_params, DRAFT_CFG, f)[0, 0])
-    out.append(int(d))
-    feats = jnp.concatenate([feats, f], 1)
-    nxt = jnp.concatenate([nxt, d[None, None].astype(nxt.dtype)], 1)
+    d = int(_greedy_draft(draft_params, f))
+    out.append(d)
+    feats = np.concatenate([feats, f], 1)
+    nxt = np.concatenate([nxt, np.array([[d]], nxt.dtype)], 1)
   return out
 
 
@@ -143,13 +155,14 @@ def test_unrolled_training_forward_equals_drafting_on_own_features():
   outs = feature_forward_unrolled(params, cfg, f[:, :-1], toks[:, 1:], 3)
   first, _ = feature_forward(params, cfg, f[:, :-1], toks[:, 1:])
   np.testing.assert_array_equal(outs[0], first)
+  f, toks = np.asarray(f), np.asarray(toks)  # host slices below: no compile per shape
   for s in (2, 3):
     for i in range(s - 1, 11):
       j0 = i - s + 1  # the last position with a target feature
       feats = f[:, :j0 + 1]
       for step in range(1, s):
         pred = _predict(params, feats, toks[:, 1:j0 + 1 + step])
-        feats = jnp.concatenate([feats, pred[:, None]], 1)
+        feats = np.concatenate([feats, pred[:, None]], 1)
       pred = _predict(params, feats, toks[:, 1:j0 + 1 + s])
       np.testing.assert_allclose(outs[s - 1][:, i], pred, atol=1e-4, rtol=1e-4)
 
@@ -228,27 +241,28 @@ def test_forward_hidden_collects_layer_outputs():
 
 
 @jax.jit
-def _ml_target_features(tokens):
-  return forward_hidden(TARGET.params, TARGET.cfg, _pad(tokens), collect=ML_LAYERS)[-1]
+def _ml_projected_features(params, tokens):
+  """The target's 3-layer features of padded tokens, projected by the draft's fc_layers."""
+  from specjax.models.feature_draft import layer_rms
+  feats = forward_hidden(TARGET.params, TARGET.cfg, tokens, collect=ML_LAYERS)[-1]  # [1, W, 3D]
+  return layer_rms(feats, TARGET.cfg.d_model) @ params["fc_layers"]["kernel"]  # [1, W, D]
 
 
 def _ml_reference_drafts(draft_params, tokens, k):
   """Cache-free: the target's 3-layer features of tokens[:-1], projected by fc_layers (what
   the draft reads where target features exist), then k steps feeding back its own
   predicted (last-layer) features -> k greedy drafts."""
-  from specjax.models.feature_draft import layer_rms
-  toks = jnp.asarray(tokens)[None]
+  toks = np.asarray(tokens)[None]
   n = toks.shape[1]
-  feats = _ml_target_features(toks[:, :-1])[:, :n - 1]  # [1, n-1, 3D]
-  feats = layer_rms(feats, TARGET.cfg.d_model) @ draft_params["fc_layers"]["kernel"]  # [1, n-1, D]
+  feats = np.asarray(_ml_projected_features(draft_params, _pad(toks[:, :-1])))[:, :n - 1]
   nxt = toks[:, 1:]
   out = []
   for _ in range(k):
     f = _predict(draft_params, feats, nxt)[:, None]
-    d = jnp.argmax(head(draft_params, DRAFT_CFG, f)[0, 0])
-    out.append(int(d))
-    feats = jnp.concatenate([feats, f], 1)
-    nxt = jnp.concatenate([nxt, d[None, None].astype(nxt.dtype)], 1)
+    d = int(_greedy_draft(draft_params, f))
+    out.append(d)
+    feats = np.concatenate([feats, f], 1)
+    nxt = np.concatenate([nxt, np.array([[d]], nxt.dtype)], 1)
   return out
 
 
