@@ -25,7 +25,7 @@ type (`Dims`), and parameter axes arrive as a `ParamAxes` argument.
     meshes      parse_mesh, make_mesh, check_mesh, mesh_config, mesh_context
     rules       ParamAxes, RULES, param_specs, state_specs, cache_spec
     placement   widen_params, place_params (a model's weights), place_state (FSDP),
-                replicate, put_batch / shard_batch, pad_rows, on_mesh (generate's inputs)
+                replicate, onto_mesh, put_batch / shard_batch, pad_rows, on_mesh (generate's inputs)
     on a mesh   constrain_cache (inside jit), to_host (results back)
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ MESH_AXES = (DATA_AXIS, MODEL_AXIS)
 __all__ = ["DATA_AXIS", "MODEL_AXIS", "MESH_AXES", "RULES", "Dims", "ParamAxes", "parse_mesh",
            "make_mesh", "model_size", "check_mesh", "mesh_config", "mesh_context", "spec_for",
            "param_specs", "param_shardings", "state_specs", "cache_spec", "batch_sharding",
-           "replicated", "widen_params", "place_params", "place_state", "replicate", "put_batch",
+           "replicated", "widen_params", "place_params", "place_state", "replicate", "onto_mesh", "put_batch",
            "shard_batch", "pad_rows", "on_mesh", "constrain_cache", "to_host"]
 RULES = {"batch": DATA_AXIS, "heads": MODEL_AXIS, "kv_heads": MODEL_AXIS, "mlp": MODEL_AXIS,
          "vocab": MODEL_AXIS, "vocab_subset": MODEL_AXIS}  # vocab_subset: never padded
@@ -330,6 +330,16 @@ def replicate(tree, mesh: Mesh):
   return jax.tree.map(lambda x: _put(x, replicated(mesh)), tree)
 
 
+def onto_mesh(tree, mesh: Mesh):
+  """The arrays of a pytree (a drafter) on `mesh`: those already placed on it (the target's
+  shared embeddings) stay as they are, the others are replicated; other leaves pass."""
+  def put(x):
+    if isinstance(x, jax.Array) and isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh:
+      return x
+    return _put(x, replicated(mesh)) if isinstance(x, (jax.Array, np.ndarray)) else x
+  return jax.tree.map(put, tree)
+
+
 def put_batch(x: np.ndarray, mesh: Mesh) -> jax.Array:
   """A host array [B, ...] split along B over "data" (each device gets its rows)."""
   return jax.make_array_from_callback(x.shape, batch_sharding(mesh, x.ndim), lambda idx: x[idx])
@@ -361,20 +371,22 @@ def on_mesh(mesh: Mesh, target, target_params, drafter: Any, prompt: np.ndarray,
   """-> (target params, drafter, prompt [B', P], lens [B']) placed on `mesh`, B' the
   batch padded to a multiple of the "data" size (`pad_rows`).
 
-  target: has `cfg` (and a `name`); a drafter with `cfg` and `params` (a draft model) gets
-  them placed and widened too (the target's config on the mesh: `mesh_config`). axes: the
-  params' logical axes (`PARAM_AXES`). `check_mesh`s both models first, before any work.
+  target: has `cfg` (and a `name`); a drafter whose caps say `mesh_split` (a draft model)
+  gets its params placed and widened as the target's (`mesh_config`); any other drafter's
+  arrays are replicated (`onto_mesh`). axes: the params' logical axes (`PARAM_AXES`).
+  `check_mesh`s both models first, before any work.
   """
   name = getattr(target, "name", "target")
   check_mesh(target.cfg, mesh, name)
-  draft_cfg = getattr(drafter, "cfg", None)
-  has_model = draft_cfg is not None and hasattr(drafter, "params")
-  if has_model:
-    check_mesh(draft_cfg, mesh, getattr(drafter, "name", "draft"))
+  split = drafter is not None and drafter.caps.mesh_split
+  if split:
+    check_mesh(drafter.cfg, mesh, drafter.name)
   target_params = place_params(target_params, target.cfg, mesh, axes, name=name)
-  if has_model:
-    drafter = drafter.replace(params=place_params(drafter.params, draft_cfg, mesh, axes),
-                              cfg=mesh_config(draft_cfg, mesh))
+  if split:
+    drafter = drafter.replace(params=place_params(drafter.params, drafter.cfg, mesh, axes),
+                              cfg=mesh_config(drafter.cfg, mesh))
+  elif drafter is not None:
+    drafter = onto_mesh(drafter, mesh)
   data = mesh.shape[DATA_AXIS]
   prompt, lens = pad_rows(np.asarray(prompt), data), pad_rows(np.asarray(lens), data)
   return target_params, drafter, put_batch(prompt, mesh), put_batch(lens, mesh)

@@ -127,7 +127,8 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
   safetensors directly; GGUF files are dequantized on the host first). A "model" axis
   wider than the kv heads repeats them (the returned cfg has that many) and a vocabulary
   it does not divide is padded (`parallel.widen_params`); `parallel.check_mesh` says
-  which axes cannot be used.
+  which axes cannot be used. A published draft is replicated on the mesh, which must be
+  its target's.
   """
   if isinstance(dtype, str):
     if dtype not in _DTYPES:
@@ -143,10 +144,17 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
                                cfg=parallel.mesh_config(draft.cfg, mesh))
   fmt = draft_formats.detect(path)
   if fmt is not None:  # a published draft (speculators, EAGLE, Medusa): read for its target
-    if target is None or mesh is not None:
-      raise LoadError(f"{source}: a published draft ({fmt}) loads for a target on one device: "
-                      "pass target=<the loaded target model> and no mesh.")
-    return draft_formats.load(path, target, source, fmt, dtype=dtype)
+    if target is None:
+      raise LoadError(f"{source}: a published draft ({fmt}) loads for its target: pass "
+                      "target=<the loaded target model>.")
+    if mesh is not None and target.mesh != mesh:
+      raise LoadError(f"{source}: a published draft loads onto its target's mesh; load the "
+                      f"target with the same mesh= first (the target's: {target.mesh}).")
+    draft = draft_formats.load(path, target, source, fmt, dtype=dtype)
+    # On a mesh the draft (one or a few layers) is replicated on every device, as serving
+    # engines run it (vLLM's draft tensor-parallel size 1); the target stays split.
+    return draft if mesh is None else dataclasses.replace(
+        draft, params=parallel.replicate(draft.params, mesh))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source, lazy=mesh is not None)
   elif os.path.isfile(path) and _is_gguf(path):

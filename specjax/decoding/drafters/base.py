@@ -50,6 +50,9 @@ class Capabilities:
   follows_verified: its state follows the verified tokens whatever was drafted, so
     another proposal (prompt lookup) may replace its own in a round.
   needs_tree: its settings only apply to a given tree (a lookup chain's length).
+  mesh_split: its `params` and `cfg` (a `ModelConfig`) are a decoder that a mesh splits
+    over its "model" axis as the target's (`parallel.place_params`); every other
+    drafter's arrays are replicated on each device of the mesh (`parallel.onto_mesh`).
   """
   tree_kinds: tuple = ()
   owns_pass: bool = False
@@ -59,6 +62,7 @@ class Capabilities:
   feature_layers: Optional[tuple] = None
   follows_verified: bool = False
   needs_tree: bool = False
+  mesh_split: bool = False
 
 
 class SpecError(ValueError):

@@ -47,7 +47,7 @@ class FeatureDrafter(DrafterBase):
   @property
   def caps(self) -> Capabilities:
     return Capabilities(tree_kinds=("static", "dynamic"), feature_layers=self.feature_layers,
-                        follows_verified=True)
+                        follows_verified=True, mesh_split=True)
 
   @classmethod
   def of(cls, params, cfg: ModelConfig, name: str = "feature draft") -> "FeatureDrafter":

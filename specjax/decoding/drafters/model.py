@@ -57,7 +57,7 @@ class ModelDrafter(DrafterBase):
   params: Any
   cfg: ModelConfig = flax.struct.field(pytree_node=False)
   name: str = flax.struct.field(pytree_node=False, default="draft")
-  caps = Capabilities(tree_kinds=("static", "dynamic"))
+  caps = Capabilities(tree_kinds=("static", "dynamic"), mesh_split=True)
 
   def init(self, target_params, prompt, prompt_lens, max_len, hidden):
     del target_params, hidden

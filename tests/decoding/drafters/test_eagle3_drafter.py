@@ -73,6 +73,53 @@ def test_greedy_equals_target_with_partial_acceptance(trained, tree):
   assert same.tokens == base and (same.stats.accepted == s.accepted).all()
 
 
+_MESH_WORKER = r"""
+import json, sys
+import specjax
+from specjax import parallel
+target_dir, draft_dir, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+out = {}
+for shape in ((2, 4), (8, 1)):
+  mesh = parallel.make_mesh(shape)
+  target = specjax.load_model(target_dir, mesh=mesh)
+  draft = specjax.load_model(draft_dir, target=target, mesh=mesh)
+  for tree in (None, "dynamic:16"):
+    o = specjax.generate(target, prompts, 20, draft=draft, k=3, tree=tree)
+    out[f"{shape}/{tree}"] = [o.tokens, o.stats.accepted.tolist()]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_published_draft_on_a_mesh_equals_one_device(trained, tmp_path):
+  """load_model(<speculators dir>, target=, mesh=) on 8 fake CPU devices, meshes (2, 4) (4
+  model shards over 2 kv heads, which repeat, and 61 ids padded to 64) and (8, 1): the draft
+  is replicated beside the split target, and the chain and the dynamic:16 tree give the
+  tokens and per-position acceptance of one device."""
+  import json
+  import os
+  import subprocess
+  import sys
+  from eagle3_helpers import write_verifier
+  from tiny_models import fake_devices_env
+  _, out_dir, prompts, base = trained
+  one = {tree: specjax.generate(TARGET, prompts, 20, draft=f"eagle3:{out_dir}", k=3, tree=tree)
+         for tree in (None, "dynamic:16")}
+  target_dir = write_verifier(str(tmp_path / "target"))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  proc = subprocess.run([sys.executable, "-c", _MESH_WORKER, target_dir, out_dir, json.dumps(prompts)],
+                        capture_output=True, text=True, timeout=600,
+                        env=fake_devices_env(8, PYTHONPATH=root))
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+  got = json.loads(lines[0][len("RESULT "):])
+  for shape in ("(2, 4)", "(8, 1)"):
+    for tree, want in one.items():
+      tokens, accepted = got[f"{shape}/{tree}"]
+      assert tokens == base == want.tokens, (shape, tree)
+      assert accepted == want.stats.accepted.tolist(), (shape, tree)
+  assert one[None].stats.accepted.sum() > 0 and (one[None].stats.checked > one[None].stats.accepted).any()
+
+
 # ---------------------------------------------------------------- exact sampling
 
 @flax.struct.dataclass
