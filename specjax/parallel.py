@@ -20,13 +20,8 @@ is zero-padded (`widen_params`), the model's head slicing the logits back to the
 
 Layering: `specjax.models` imports this module (the cache pins its buffers with
 `constrain_cache`), so it imports nothing from specjax. A model config is read by duck
-type (`Dims`), and parameter axes arrive as a `ParamAxes` argument.
-
-    meshes      parse_mesh, make_mesh, check_mesh, mesh_config, mesh_context
-    rules       ParamAxes, RULES, param_specs, state_specs, cache_spec
-    placement   widen_params, place_params (a model's weights), place_state (FSDP),
-                replicate, onto_mesh, put_batch / shard_batch, pad_rows, on_mesh (generate's inputs)
-    on a mesh   constrain_cache (inside jit), to_host (results back)
+type (`Dims`), and parameter axes arrive as a `ParamAxes` argument. Sections: meshes, rules,
+placement (a model's weights, FSDP state, a drafter, batches, generate's inputs), on a mesh.
 """
 from __future__ import annotations
 
@@ -44,7 +39,7 @@ MESH_AXES = (DATA_AXIS, MODEL_AXIS)
 __all__ = ["DATA_AXIS", "MODEL_AXIS", "MESH_AXES", "RULES", "Dims", "ParamAxes", "parse_mesh",
            "make_mesh", "model_size", "check_mesh", "mesh_config", "mesh_context", "spec_for",
            "param_specs", "param_shardings", "state_specs", "cache_spec", "batch_sharding",
-           "replicated", "widen_params", "place_params", "place_state", "replicate", "onto_mesh", "put_batch",
+           "replicated", "widen_params", "place_params", "place_state", "onto_mesh", "put_batch",
            "shard_batch", "pad_rows", "on_mesh", "constrain_cache", "to_host"]
 RULES = {"batch": DATA_AXIS, "heads": MODEL_AXIS, "kv_heads": MODEL_AXIS, "mlp": MODEL_AXIS,
          "vocab": MODEL_AXIS, "vocab_subset": MODEL_AXIS}  # vocab_subset: never padded
@@ -325,19 +320,12 @@ def place_state(tree, mesh: Mesh, axes: ParamAxes):
                       state_specs(tree, mesh, axes))
 
 
-def replicate(tree, mesh: Mesh):
-  """Every leaf of a pytree on all devices."""
-  return jax.tree.map(lambda x: _put(x, replicated(mesh)), tree)
-
-
 def onto_mesh(tree, mesh: Mesh):
   """The arrays of a pytree (a drafter) on `mesh`: those already placed on it (the target's
   shared embeddings) stay as they are, the others are replicated; other leaves pass."""
-  def put(x):
-    if isinstance(x, jax.Array) and isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh:
-      return x
-    return _put(x, replicated(mesh)) if isinstance(x, (jax.Array, np.ndarray)) else x
-  return jax.tree.map(put, tree)
+  placed = lambda x: isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh
+  return jax.tree.map(lambda x: x if not isinstance(x, (jax.Array, np.ndarray)) or (
+      isinstance(x, jax.Array) and placed(x)) else _put(x, replicated(mesh)), tree)
 
 
 def put_batch(x: np.ndarray, mesh: Mesh) -> jax.Array:

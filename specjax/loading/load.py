@@ -154,7 +154,7 @@ def load_model(source: str, dtype="float32", target: Optional[Model] = None,
     # On a mesh the draft (one or a few layers) is replicated on every device, as serving
     # engines run it (vLLM's draft tensor-parallel size 1); the target stays split.
     return draft if mesh is None else dataclasses.replace(
-        draft, params=parallel.replicate(draft.params, mesh))
+        draft, params=parallel.onto_mesh(draft.params, mesh))
   if os.path.isdir(path):
     cfg, params, tokenizer, eos, bos = _load_dir(path, source, lazy=mesh is not None)
   elif os.path.isfile(path) and _is_gguf(path):
