@@ -44,5 +44,5 @@ python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/p
     --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=0 \
     $EVAL --config.prompts.per_category=4 --config.batch_size=8 --config.repeats=2
 cp $RUNS/pe_batch8/summary.md $OUT/peagle_batch8.md
-# (not run yet:) python scripts/speculate.py --config.draft=peagle:$RUNS/peagle_smollm2_spec --config.k=8 \
-#     --json_out=$OUT/card_peagle_k8.json
+python scripts/speculate.py --config.draft=peagle:$RUNS/peagle_smollm2_spec --config.k=8 \
+    --json_out=$OUT/card_peagle_k8.json
