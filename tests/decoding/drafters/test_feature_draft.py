@@ -103,7 +103,12 @@ def _reference_drafts(draft_params, tokens, k):
   the draft's own predicted features -> k greedy drafts."""
   toks = np.asarray(tokens)[None]
   feats = _target_features(toks[:, :-1])[:, :toks.shape[1] - 1]  # f_0 .. f_{n-2}
-  nxt = toks[:, 1:]  # tokens 1 .. n-1
+  return _feed_back(draft_params, feats, toks[:, 1:], k)  # tokens 1 .. n-1
+
+
+def _feed_back(draft_params, feats, nxt, k):
+  """k greedy drafts from features [1, n, D] and next tokens [1, n], each step appending
+  the draft's own predicted feature and token (host arrays: no step recompiles)."""
   out = []
   for _ in range(k):
     f = _predict(draft_params, feats, nxt)[:, None]  # [1, 1, D]
@@ -255,15 +260,7 @@ def _ml_reference_drafts(draft_params, tokens, k):
   toks = np.asarray(tokens)[None]
   n = toks.shape[1]
   feats = np.asarray(_ml_projected_features(draft_params, _pad(toks[:, :-1])))[:, :n - 1]
-  nxt = toks[:, 1:]
-  out = []
-  for _ in range(k):
-    f = _predict(draft_params, feats, nxt)[:, None]
-    d = int(_greedy_draft(draft_params, f))
-    out.append(d)
-    feats = np.concatenate([feats, f], 1)
-    nxt = np.concatenate([nxt, np.array([[d]], nxt.dtype)], 1)
-  return out
+  return _feed_back(draft_params, feats, toks[:, 1:], k)
 
 
 def test_multi_layer_engine_drafts_equal_cache_free_reference():
