@@ -323,9 +323,10 @@ def place_state(tree, mesh: Mesh, axes: ParamAxes):
 def onto_mesh(tree, mesh: Mesh):
   """The arrays of a pytree (a drafter) on `mesh`: those already placed on it (the target's
   shared embeddings) stay as they are, the others are replicated; other leaves pass."""
-  placed = lambda x: isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh
-  return jax.tree.map(lambda x: x if not isinstance(x, (jax.Array, np.ndarray)) or (
-      isinstance(x, jax.Array) and placed(x)) else _put(x, replicated(mesh)), tree)
+  def put(x):
+    placed = isinstance(x, jax.Array) and getattr(x.sharding, "mesh", None) == mesh
+    return x if placed or not isinstance(x, (jax.Array, np.ndarray)) else _put(x, replicated(mesh))
+  return jax.tree.map(put, tree)
 
 
 def put_batch(x: np.ndarray, mesh: Mesh) -> jax.Array:
