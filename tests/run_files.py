@@ -201,9 +201,9 @@ def main(argv=None) -> int:
                            "by default: two files that compiled the same program at the same "
                            "moment read a broken entry, 'NOT_FOUND: Function ... not found', and "
                            "files share few programs, so it saved little)")
-  parser.add_argument("--group", type=float, default=60.0,
+  parser.add_argument("--group", type=float, default=90.0,
                       help="CPU seconds of short files (by the record) that share one process "
-                           "(default 60; 0: one process a file)")
+                           "(default 90; 0: one process a file)")
   parser.add_argument("--record", action="store_true",
                       help="write each passing file's CPU seconds to tests/file_seconds.json, "
                            "the order later runs start the files in (slowest first)")

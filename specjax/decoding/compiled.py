@@ -142,18 +142,18 @@ def compiled_loop(args: tuple, statics: dict, rows: int,
   table had it; loaded whole when `program_store` had it). rows: of one round's target
   pass (batch x (k + 1) or tree slots). fresh: compile it again, reading neither table
   nor disk cache (the stored loop is then replaced)."""
-  sig = signature(args, statics)
+  options = tuple(sorted(pass_options.few_row_options(rows).items()))  # probe compile: uncounted
+  sig = (signature(args, statics), options)
   if sig in _COMPILED and not fresh:
     _COMPILED.move_to_end(sig)
     return _COMPILED[sig], CompileCount()
   hits, start = _DISK_HITS[0], time.perf_counter()
-  name = program_store.key(repr((signature(args, _named(statics)), rows)))
+  name = program_store.key(repr((signature(args, _named(statics)), rows, options)))
   stored = None if name is None or fresh else program_store.load(name)
   if stored is not None:
     loop = CompiledLoop(**stored)
     count = CompileCount(programs=2, seconds=time.perf_counter() - start, from_disk=2)
   else:
-    pass_options.few_row_options(rows)  # its one-off probe compile stays out of the count
     hits, start = _DISK_HITS[0], time.perf_counter()
     with _disk_cache_off(fresh):
       loop, built = _build(args, statics, rows, fresh)

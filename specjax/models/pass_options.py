@@ -12,6 +12,7 @@ in YNNPACK fusions: the vocabulary head of 2..64 rows is a multiply-and-reduce
 (`transformer.full_head`), which YNNPACK runs 1.2-1.7x faster than any dot form tried,
 and which XLA's own loops run 10-100x slower ("Head as a reduction" in that README).
 
+The options pay off in optimized code only: at LLVM -O0 (`optimized_backend`) there are none.
 Options are per compiled program (`jax.jit(..., compiler_options=)` or
 `lowered.compile(compiler_options=)`): nothing global, nothing for the user to set.
 An XLA that does not know the option compiles with its defaults (`compile_lowered`).
@@ -19,6 +20,9 @@ An XLA that does not know the option compiles with its defaults (`compile_lowere
 from __future__ import annotations
 
 import functools
+import os
+import re
+from typing import Optional
 
 import jax
 
@@ -31,9 +35,20 @@ MAX_ROWS = 64
 
 def few_row_options(rows: int) -> dict:
   """Compile options for a program whose passes have `rows` rows (batch x new tokens)."""
-  if rows > MAX_ROWS or jax.default_backend() != "cpu" or not _supported():
+  if rows > MAX_ROWS or jax.default_backend() != "cpu" or not optimized_backend() \
+      or not _supported():
     return {}
   return dict(FEW_ROW_CPU)
+
+
+def optimized_backend(xla_flags: Optional[str] = None) -> bool:
+  """False when XLA_FLAGS sets the backend's LLVM optimization level to 0 (the tests do,
+  to compile faster): XLA's own dot loops are then unoptimized, and the few-row options
+  made passes slower, not faster (Medusa's 22 rounds on SmolLM2-135M: 10.9 CPU-s with
+  them, 4.0 without)."""
+  flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+  level = re.findall(r"--xla_backend_optimization_level=(\d+)", flags)
+  return not level or int(level[-1]) > 0
 
 
 @functools.lru_cache(maxsize=None)

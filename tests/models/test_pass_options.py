@@ -13,6 +13,24 @@ from specjax.models import pass_options, transformer
 from specjax.models.params import inference_layout
 from tests.tiny_models import perturbed, tiny
 
+OPTIMIZED_BACKEND = pass_options.optimized_backend  # the function itself, before the fixture
+
+
+@pytest.fixture(autouse=True)
+def _as_optimized_code(monkeypatch):
+  """The options under test, even in the tests' -O0 processes (where they are off)."""
+  monkeypatch.setattr(pass_options, "optimized_backend", lambda xla_flags=None: True)
+
+
+def test_no_options_at_llvm_level_0():
+  """-O0 code runs XLA's own dot loops unoptimized: the options would slow it down."""
+  assert OPTIMIZED_BACKEND("")
+  assert OPTIMIZED_BACKEND("--xla_backend_optimization_level=2")
+  assert not OPTIMIZED_BACKEND("--xla_foo=1 --xla_backend_optimization_level=0")
+  assert OPTIMIZED_BACKEND("--xla_backend_optimization_level=0 "
+                           "--xla_backend_optimization_level=3")  # the last wins
+
+
 # The module (the package's `generate` attribute is the function of that name).
 generate_lib = importlib.import_module("specjax.decoding.compiled")
 
