@@ -168,9 +168,11 @@ def find_test_files(paths: list, seconds: dict | None = None) -> list:
 
 
 def group_short_files(files: list, budget: float, seconds: dict | None = None) -> list:
-  """`files` (in run order) as the processes to run: a tuple of paths each. Files whose
-  recorded CPU seconds are under `budget` / 3 join the group after them in order until it
-  would pass `budget`; longer and unrecorded files run alone. budget 0: every file alone."""
+  """`files` (in run order) as the processes to run, longest first by recorded seconds
+  (unrecorded first), so the last to start are short and both jobs end together: a tuple
+  of paths each. Files whose recorded CPU seconds are under `budget` / 3 join the group
+  after them in order until it would pass `budget`; longer and unrecorded files run
+  alone. budget 0: every file alone, in the given order."""
   seconds = read_seconds() if seconds is None else seconds
   groups, open_group, total = [], [], 0.0
   for f in files:
@@ -185,7 +187,12 @@ def group_short_files(files: list, budget: float, seconds: dict | None = None) -
     total += cost
   if open_group:
     groups.append(tuple(open_group))
-  return groups
+  if not budget:
+    return groups
+  costs = [[seconds.get(os.path.relpath(f, ROOT)) for f in g] for g in groups]
+  order = sorted(range(len(groups)),
+                 key=lambda i: (None not in costs[i], -sum(c or 0 for c in costs[i]), i))
+  return [groups[i] for i in order]
 
 
 def main(argv=None) -> int:
@@ -201,9 +208,9 @@ def main(argv=None) -> int:
                            "by default: two files that compiled the same program at the same "
                            "moment read a broken entry, 'NOT_FOUND: Function ... not found', and "
                            "files share few programs, so it saved little)")
-  parser.add_argument("--group", type=float, default=90.0,
+  parser.add_argument("--group", type=float, default=75.0,
                       help="CPU seconds of short files (by the record) that share one process "
-                           "(default 90; 0: one process a file)")
+                           "(default 75; 0: one process a file)")
   parser.add_argument("--record", action="store_true",
                       help="write each passing file's CPU seconds to tests/file_seconds.json, "
                            "the order later runs start the files in (slowest first)")

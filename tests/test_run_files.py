@@ -106,7 +106,7 @@ def test_files_start_slowest_first_by_the_record(tmp_path):
 
 def test_short_files_share_a_process(tmp_path, capsys):
   """Files the record calls short are packed, in run order, into processes of at most the
-  budget; long and unrecorded files run alone; a failing test in a group fails the run and
+  budget, which start longest first; long and unrecorded files run alone; a failing test in a group fails the run and
   names the group; --group 0 runs every file alone."""
   files = {n: _write(tmp_path, f"test_{n}.py", "def test_a(): pass\n") for n in "abcdef"}
   rel = lambda n: os.path.relpath(files[n], run_files.ROOT)
@@ -116,6 +116,11 @@ def test_short_files_share_a_process(tmp_path, capsys):
   assert groups == [(files["f"],), (files["a"],), (files["b"], files["c"], files["d"]),
                     (files["e"],)]  # short (under 30 / 3), and 9 + 8 + 7 + 9 would pass 30
   assert run_files.group_short_files(order, 0, record) == [(f,) for f in order]
+  files["g"] = _write(tmp_path, "test_g.py", "def test_a(): pass\n")
+  record[rel("g")] = 12  # alone (not under 30 / 3), and shorter than the group b + c + d
+  groups = run_files.group_short_files([files[n] for n in "fgbcde"], 30, record)
+  assert groups == [(files["f"],), (files["b"], files["c"], files["d"]), (files["g"],),
+                    (files["e"],)]  # the longest process starts first
   bad = _write(tmp_path, "test_bad.py", "def test_a(): assert 1 == 2\n")
   result = run_files.run_file((files["b"], bad), [], timeout=120)
   assert result.rc == 1 and not result.ok and result.counts() == {"passed": 1, "failed": 1}
