@@ -238,16 +238,17 @@ def _asyncio_objects():
           if isinstance(o, (asyncio.Future, asyncio.AbstractEventLoop)) or inspect.iscoroutine(o)]
 
 
-def _finished(o) -> bool:
-  """Whether an asyncio object can no longer run anything: a done future or task, a
-  coroutine that returned or raised, a closed loop with no callback waiting on it. A
-  finished one that is still referenced (a traceback's frame, an orbax object) is plain
-  garbage; an unfinished one is what a later collection finalizes in another test."""
+def _inert(o) -> bool:
+  """Whether an asyncio object can run nothing more: a done future or task, a coroutine
+  that returned, raised or never started (no loop knows it), a closed loop with no
+  callback waiting on it. An inert one still referenced (a traceback's frame, an orbax
+  object) is plain garbage; a live one (a pending task, a suspended coroutine) is what a
+  later collection finalizes in another test."""
   if isinstance(o, asyncio.Future):
     return o.done()
   if isinstance(o, asyncio.AbstractEventLoop):
     return o.is_closed() and not getattr(o, "_ready", ()) and not getattr(o, "_scheduled", ())
-  return inspect.getcoroutinestate(o) == inspect.CORO_CLOSED
+  return inspect.getcoroutinestate(o) in (inspect.CORO_CLOSED, inspect.CORO_CREATED)
 
 
 def _described(o) -> str:
@@ -265,9 +266,9 @@ def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path, capfd, capl
   flight (tensorstore's thread pool, to_thread); they must finish inside the failure path,
   not call back into the closed loop ("RuntimeError: Event loop is closed") or leave
   pending tasks that a later collection finalizes inside whatever test runs then.
-  Finished objects may outlive the restore (CI once saw its finished coroutines and closed
-  loop still referenced); unfinished ones may not. With the drain off, read_in_flight fails
-  here on pending futures and tasks (checked by hand: `_DrainingLoop._drain` a no-op).
+  Inert objects may outlive the restore (CI once saw its coroutines and closed loop still
+  referenced); live ones may not. With the drain off, read_in_flight fails here on pending
+  futures and tasks (checked by hand: `_DrainingLoop._drain` a no-op).
 
   all_garbage: every data file overwritten (whether a read is still in flight at the first
   error is a race). read_in_flight: deterministic; the OCDBT manifest, which every array
@@ -316,13 +317,13 @@ def test_corrupt_checkpoint_leaves_no_orphaned_orbax_tasks(tmp_path, capfd, capl
       ckpt.restore(state)
     waited_for_the_read = woke.is_set()
     new = [o for o in _asyncio_objects() if id(o) not in before]
-    unfinished = [_described(o) for o in new if not _finished(o)]
+    live = [_described(o) for o in new if not _inert(o)]
   finally:
     ckpt.close()
     if writer is not None:
       os.close(os.open(manifest, os.O_RDONLY | os.O_NONBLOCK))  # frees a writer still blocked
       writer.join(5)
-  assert not unfinished, unfinished[:5]
+  assert not live, live[:5]
   assert "\n" not in str(err.value)
   assert asyncio.get_event_loop_policy() is policy  # the drain is scoped to the restore
   if read_in_flight:

@@ -35,14 +35,26 @@ python scripts/speculate.py --config.draft=dflash:$RUNS/dflash_smollm2_spec --co
     --json_out=$OUT/card_k8.json
 
 # 6. P-EAGLE on the same data (8 depths: k = 8 drafts from one pass; stored teacher; 32
-#    rollouts a row a step), exported in speculators' peagle format, then the batch-8 sweep
-#    and the main job with it.
+#    rollouts a row a step), exported in speculators' peagle format, then the sweeps (batch 8
+#    greedy and T = 1, batch 1 greedy), the main job and the trees study's settings with it.
 python scripts/distill.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2  # the recorded run: 1,000 steps, resumed twice; its best (exported): step 800
 python scripts/export_draft.py --config=configs/distill.py:peagle --workdir=$RUNS/peagle_smollm2 \
     --format=speculators --out=$RUNS/peagle_smollm2_spec
 python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pe_batch8 \
     --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=0 \
     $EVAL --config.prompts.per_category=4 --config.batch_size=8 --config.repeats=2
-cp $RUNS/pe_batch8/summary.md $OUT/peagle_batch8.md
+python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pe_batch8_t1 \
+    --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=1 \
+    $EVAL --config.prompts.per_category=4 --config.batch_size=8 --config.repeats=2
+python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pe_batch1 \
+    --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=0 \
+    $EVAL --config.prompts.per_category=1 --config.batch_size=1 --config.repeats=2
+{ echo "# P-EAGLE (step 800) on the evaluation set"; echo
+  echo "## Batch 8, greedy (48 prompts, 4 a category)"; echo; cat $RUNS/pe_batch8/summary.md; echo
+  echo "## Batch 8, T = 1 (the same prompts)"; echo; cat $RUNS/pe_batch8_t1/summary.md; echo
+  echo "## Batch 1, greedy (12 prompts, 1 a category)"; echo; cat $RUNS/pe_batch1/summary.md
+} > $OUT/peagle_eval.md
 python scripts/speculate.py --config.draft=peagle:$RUNS/peagle_smollm2_spec --config.k=8 \
     --json_out=$OUT/card_peagle_k8.json
+PYTHONPATH=. python experiments/trees/run.py --draft=peagle:$RUNS/peagle_smollm2_spec \
+    --out=experiments/trees/peagle
