@@ -10,8 +10,6 @@ PY=${PY:-.venv/bin/python}
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/specjax_jax_cache}
 TREES_OUT=${TREES_OUT:-/tmp/trees_rerun}
 $PY scripts/speculate.py --json_out=experiments/demo/card.json > experiments/demo/card.txt
-$PY scripts/speculate.py --config=experiments/seed_card/config.py:embedded \
-    --json_out=/tmp/card_embedded.json | tee experiments/seed_card/card_embedded.txt
 $PY scripts/benchmark.py --config=experiments/benchmark/config.py --workdir=experiments/benchmark/run
 $PY scripts/acceptance_curves.py --config=experiments/closed_form/config.py \
     --workdir=experiments/closed_form/run

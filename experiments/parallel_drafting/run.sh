@@ -22,9 +22,7 @@ python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/p
 python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pd_batch1 \
     --config.drafters="$DRAFTS" --config.ks=4,8 --config.temperatures=0 $EVAL \
     --config.prompts.per_category=1 --config.batch_size=1 --config.repeats=2
-cp $RUNS/pd_batch8/summary.md $OUT/batch8.md
 cp $RUNS/pd_batch8/per_position_acceptance.png $OUT/per_position_acceptance.png
-cp $RUNS/pd_batch1/summary.md $OUT/batch1.md
 
 # 4. Trees over the block (the trees study's prompts and settings, depth 4).
 PYTHONPATH=. python experiments/trees/run.py --draft=dflash:$RUNS/dflash_smollm2_spec \
@@ -32,7 +30,7 @@ PYTHONPATH=. python experiments/trees/run.py --draft=dflash:$RUNS/dflash_smollm2
 
 # 5. The main job with it.
 python scripts/speculate.py --config.draft=dflash:$RUNS/dflash_smollm2_spec --config.k=8 \
-    --json_out=$OUT/card_k8.json
+    --json_out=$RUNS/card_dflash_k8.json
 
 # 6. P-EAGLE on the same data (8 depths: k = 8 drafts from one pass; stored teacher; 32
 #    rollouts a row a step), exported in speculators' peagle format, then the sweeps (batch 8
@@ -49,12 +47,24 @@ python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/p
 python scripts/acceptance_curves.py --config=configs/curves.py --workdir=$RUNS/pe_batch1 \
     --config.drafters="peagle:$RUNS/peagle_smollm2_spec" --config.ks=4,8 --config.temperatures=0 \
     $EVAL --config.prompts.per_category=1 --config.batch_size=1 --config.repeats=2
-{ echo "# P-EAGLE (step 800) on the evaluation set"; echo
-  echo "## Batch 8, greedy (48 prompts, 4 a category)"; echo; cat $RUNS/pe_batch8/summary.md; echo
-  echo "## Batch 8, T = 1 (the same prompts)"; echo; cat $RUNS/pe_batch8_t1/summary.md; echo
-  echo "## Batch 1, greedy (12 prompts, 1 a category)"; echo; cat $RUNS/pe_batch1/summary.md
-} > $OUT/peagle_eval.md
 python scripts/speculate.py --config.draft=peagle:$RUNS/peagle_smollm2_spec --config.k=8 \
-    --json_out=$OUT/card_peagle_k8.json
+    --json_out=$RUNS/card_peagle_k8.json
 PYTHONPATH=. python experiments/trees/run.py --draft=peagle:$RUNS/peagle_smollm2_spec \
     --out=experiments/trees/peagle
+
+# 7. The results kept here: every sweep's summary in eval.md, both cards in cards_k8.json.
+{ echo "# DFlash and P-EAGLE on the evaluation set"; echo
+  echo "## DFlash and the shipped feature draft, batch 8, greedy and T = 1 (48 prompts, 4 a category)"
+  echo; cat $RUNS/pd_batch8/summary.md; echo
+  echo "## DFlash and the shipped feature draft, batch 1, greedy (12 prompts, 1 a category)"
+  echo; cat $RUNS/pd_batch1/summary.md; echo
+  echo "## P-EAGLE (step 800), batch 8, greedy (48 prompts, 4 a category)"
+  echo; cat $RUNS/pe_batch8/summary.md; echo
+  echo "## P-EAGLE (step 800), batch 8, T = 1 (the same prompts)"
+  echo; cat $RUNS/pe_batch8_t1/summary.md; echo
+  echo "## P-EAGLE (step 800), batch 1, greedy (12 prompts, 1 a category)"
+  echo; cat $RUNS/pe_batch1/summary.md
+} > $OUT/eval.md
+python -c 'import json, sys; d, p, out = sys.argv[1:]
+json.dump({"dflash": json.load(open(d)), "peagle": json.load(open(p))}, open(out, "w"), indent=2)' \
+    $RUNS/card_dflash_k8.json $RUNS/card_peagle_k8.json $OUT/cards_k8.json

@@ -24,7 +24,7 @@ round counting) so that machine drift hits all cases alike.
     PYTHONPATH=. python experiments/pass_cost/pass_cost.py --out=/tmp/pass_cost_1
 
 runs the probe on the embedded target and writes <out>.json (every figure) and <out>.md
-(the table); `long_prompt.py` imports the module for `pass_flops` and `probe`.
+(the table).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Tokens per target pass with a prompt-lookup chain beside the draft's tree.
 
-    PYTHONPATH=. python experiments/trees/lookup_tree.py --out=experiments/trees/lookup_tree
+    PYTHONPATH=. python experiments/trees/lookup_tree.py --out=/tmp/lookup_tree
 
 Issue 13 asks for 1.4x the chain's tokens per pass at the same depth with the shipped
 draft. The draft's own trees stop near 1.3x (README, "Depth and size": its second-ranked
@@ -34,7 +34,7 @@ from specjax.apps.common import merge_stats
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--out", default="experiments/trees/lookup_tree")
+  ap.add_argument("--out", default="/tmp/lookup_tree")
   ap.add_argument("--depths", default="3,4,5")
   ap.add_argument("--trees", default="dynamic:8,dynamic:16,dynamic:32")
   ap.add_argument("--temperatures", default="0,1")

@@ -1,7 +1,7 @@
 """jax-ml/jax#40412's reproducer of jaxlib 0.10.2's XLA:CPU YNN fusion segfault (a rank-7
 f32 multiply-reduce with a size-1 dimension), run as it is and with YNN fusions off.
 
-    python experiments/xla_ynn_crash/repro.py > experiments/xla_ynn_crash/repro.log
+    python experiments/xla_ynn_crash/repro.py
 
 Each case runs in a subprocess, so the segfault shows as its exit status (-11)."""
 import os
