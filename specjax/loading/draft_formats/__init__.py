@@ -162,7 +162,8 @@ def load(path: str, target, name: Optional[str] = None, fmt: Optional[str] = Non
 
 # Formats a draft can be written in (`save`): name -> {draft kind: writer module (its
 # `save(draft, out_dir, verifier)`)}.
-WRITERS = {"speculators": {"eagle3": "speculators_format", "peagle": "peagle", "dflash": "dflash"},
+WRITERS = {"speculators": {"eagle3": "speculators_format", "peagle": "peagle", "dflash": "dflash",
+                           "eagle1": "eagle1"},
            "eagle3": {"eagle3": "eagle3_legacy"}}
 
 

@@ -25,10 +25,17 @@ drafter's own.
 
     detect(path) -> bool
     load(path, target, name, fmt) -> PublishedDraft(kind="eagle1", cfg=Eagle1Config, params)
-"""
+    save(draft, out_dir, verifier) -> out_dir   speculators' "eagle" type (load's inverse)
+
+The writer follows speculators' `EagleSpeculatorConfig` (speculators 0.1-0.4; 0.9 no longer
+ships the type) and its EAGLE converter: one decoder layer, no embed_tokens unless the
+draft owns embeddings unlike the target's (the converter drops them: the verifier's are
+used). vLLM's reader of speculators' configs registers eagle3 (later also peagle, dflash,
+dspark), not "eagle"; vLLM runs EAGLE-1 drafts in the SafeAILab layout."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Optional
 
@@ -37,6 +44,7 @@ import numpy as np
 
 from specjax.errors import LoadError
 from specjax.loading import hf as hf_lib
+from specjax.loading.draft_formats.eagle3_tensors import model_hf_config
 from specjax.loading.draft_formats.torch_file import file_shapes, read_weights
 from specjax.models.config import ModelConfig
 from specjax.models.feature_draft import FeatureStyle
@@ -53,14 +61,19 @@ LLAMA_DEFAULTS = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 409
 # speculators' tensor names -> the SafeAILab names used below
 SPECULATORS_NAMES = (("fusion_fc.", "fc."), ("transformer.", "layers.0."),
                      ("embedding_layernorm.", "embed_norm."), ("pre_lm_head_layernorm.", "norm."))
+# The last speculators release whose EagleSpeculatorConfig reads what `save` writes.
+SPECULATORS_EAGLE_VERSION = "0.4.0"
 
 
 @dataclasses.dataclass(frozen=True)
 class Eagle1Config:
   """What the feature drafter needs besides the params: the draft's own layers' config
-  (its width, vocabulary and head tied as the target's) and EAGLE-1's static style."""
+  (its width, vocabulary and head tied as the target's) and EAGLE-1's static style.
+  own_embed: the checkpoint's embed_tokens differ from the target's (params["embed"] is
+  then the draft's own; `save` writes it back)."""
   model: ModelConfig
   style: FeatureStyle
+  own_embed: bool = False
 
 
 def weights_file(path: str) -> Optional[str]:
@@ -258,5 +271,95 @@ def load(path: str, target, name: Optional[str] = None, fmt: str = "eagle1",
   if speculators:
     verifier = ((hf.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
   style = FeatureStyle(unit_rms=False, feature_norm_eps=float(target.cfg.norm_eps))
-  return PublishedDraft(name=name, kind="eagle1", fmt=fmt, cfg=Eagle1Config(model=cfg, style=style),
+  own = params["embed"] is not target.params["embed"]  # `_params` kept the draft's own
+  return PublishedDraft(name=name, kind="eagle1", fmt=fmt,
+                        cfg=Eagle1Config(model=cfg, style=style, own_embed=own),
                         params=params, verifier=verifier)
+
+
+# ------------------------------------------------------------------------ writing
+
+
+def _writable(draft) -> bool:
+  """The draft's `layernorms` flag; one ValueError line where speculators' "eagle" type
+  cannot hold the draft exactly."""
+  if draft.kind != "eagle1":
+    raise ValueError(f"A {draft.kind} draft is not an EAGLE-1 draft; speculators' 'eagle' type "
+                     "holds EAGLE-1 / HASS drafts (kind eagle1).")
+  p, cfg = draft.params, draft.cfg.model
+  if cfg.n_layers != 1:
+    raise ValueError(f"speculators' 'eagle' type holds one decoder layer (transformer.*); this "
+                     f"EAGLE-1 draft has {cfg.n_layers}.")
+  odd = ([k for k in ("fc_layers", "head_vocab") if k in p]
+         + (["unit-RMS fc inputs"] if draft.cfg.style.unit_rms else [])
+         + ([] if "feature_norm" in p else ["no copy of the target's final norm"]))
+  if odd:
+    raise ValueError(f"{draft.name}: not EAGLE-1's computation ({', '.join(odd)}); speculators' "
+                     "'eagle' type cannot hold it exactly.")
+  layernorms = "embed_norm" in p
+  if ("final_norm" in p) != layernorms or ("attn_norm" in p["layers"][0]) != layernorms:
+    raise ValueError(f"{draft.name}: speculators' layernorms go together (embedding, layer input "
+                     "and pre-head norms); this draft has some of them only.")
+  return layernorms
+
+
+def tensors_of(draft) -> dict:
+  """{speculators tensor name: float32 numpy array, torch layout} of an EAGLE-1 draft."""
+  a = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  p, out = draft.params, {}
+
+  def dense(key, d):
+    out[key + ".weight"] = a(np.asarray(d["kernel"]).T)
+    if "bias" in d:
+      out[key + ".bias"] = a(d["bias"])
+
+  dense("fusion_fc", p["fc"])
+  layer = p["layers"][0]
+  for x in "qkvo":
+    dense(f"transformer.self_attn.{x}_proj", layer["attn"][x])
+  for x in ("gate", "up", "down"):
+    dense(f"transformer.mlp.{x}_proj", layer["mlp"][x])
+  out["transformer.post_attention_layernorm.weight"] = a(layer["mlp_norm"]["scale"])
+  if "attn_norm" in layer:
+    out["transformer.input_layernorm.weight"] = a(layer["attn_norm"]["scale"])
+  if "embed_norm" in p:
+    out["embedding_layernorm.weight"] = a(p["embed_norm"]["scale"])
+    out["pre_lm_head_layernorm.weight"] = a(p["final_norm"]["scale"])
+  if draft.cfg.own_embed:
+    out["embed_tokens.weight"] = a(p["embed"])
+  return out
+
+
+def config_dict(draft, verifier: Optional[str], verifier_archs=("LlamaForCausalLM",),
+                speculative_tokens: int = 3) -> dict:
+  """The config.json of speculators' "eagle" type (`EagleSpeculatorConfig`) for the draft."""
+  layernorms = _writable(draft)
+  return {
+      "architectures": ["EagleSpeculator", "LlamaDecoderLayer"],
+      "speculators_model_type": "eagle",
+      "speculators_version": SPECULATORS_EAGLE_VERSION,
+      "transformer_layer_architecture": "LlamaDecoderLayer",
+      "transformer_layer_config": model_hf_config(draft.cfg.model),
+      "layernorms": layernorms, "fusion_bias": "bias" in draft.params["fc"],
+      "speculators_config": {
+          "algorithm": "eagle",
+          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+          "default_proposal_method": "greedy",
+          "verifier": {"name_or_path": verifier, "architectures": list(verifier_archs)}},
+  }
+
+
+def save(draft, out_dir: str, verifier: Optional[str] = None,
+         verifier_archs=("LlamaForCausalLM",), speculative_tokens: int = 3) -> str:
+  """Writes an EAGLE-1 draft (PublishedDraft of kind "eagle1") as speculators' "eagle" type:
+  config.json + model.safetensors, which `load` reads back to the same params. verifier:
+  the target's name recorded in speculators_config (default: the one the draft names)."""
+  from safetensors.numpy import save_file  # local: keeps `import specjax` light
+  cfg = config_dict(draft, verifier or draft.verifier, verifier_archs, speculative_tokens)
+  tensors = tensors_of(draft)
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+    json.dump(cfg, f, indent=2)
+  save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+  return out_dir

@@ -218,7 +218,12 @@ def tensors_from_params(params: dict, cfg: Eagle3Config, legacy: bool = False,
 
 def layer_hf_config(cfg: Eagle3Config) -> dict:
   """The draft layers' transformers config dict (what `layer_config` reads back)."""
-  lc = cfg.layer
+  return model_hf_config(cfg.layer)
+
+
+def model_hf_config(lc: ModelConfig) -> dict:
+  """A Llama / Qwen3 ModelConfig as a transformers config dict (a draft's layers; EAGLE-1's
+  `transformer_layer_config` too)."""
   out = {"model_type": "qwen3" if lc.qk_norm else "llama", "vocab_size": lc.vocab_size,
          "hidden_size": lc.d_model, "intermediate_size": lc.d_ff,
          "num_hidden_layers": lc.n_layers, "num_attention_heads": lc.n_heads,

@@ -266,3 +266,74 @@ def test_public_api_loads_it(tmp_path):
     out = specjax.generate(TARGET, PROMPTS, 20, draft=spec, k=3)
     assert out.tokens == base.tokens
     assert out.stats.accepted.sum() >= 8 and out.stats.acceptance_rate < 0.9  # partial
+
+
+# ------------------------------------------------------------------------ writing
+
+
+def _same_params(a, b):
+  fa, ta = jax.tree_util.tree_flatten_with_path(a)
+  fb, tb = jax.tree_util.tree_flatten_with_path(b)
+  assert ta == tb
+  for (path, x), (_, y) in zip(fa, fb):
+    assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+
+
+def _logits(d, tokens):
+  hidden, _ = forward_hidden(TARGET.params, TARGET.cfg, tokens)
+  feats = target_features(d.params, d.cfg.style, hidden[:, :-1])
+  pred, _ = feature_forward(d.params, d.cfg.model, feats, tokens[:, 1:], style=d.cfg.style)
+  return np.asarray(draft_head(d.params, d.cfg.model, pred))
+
+
+def _own_embed(p, m):  # the SafeAILab layout with embeddings of its own (not the target's)
+  m.embed = m.embed + 0.01 * torch.randn(m.embed.shape)
+  return write_safeailab(p, m, "st")
+
+
+ROUND_TRIPS = {  # name: (writer, draft kwargs)
+    "safeailab-own-embed": (_own_embed, dict(bias=True)),
+    "speculators-layernorms-bias": (lambda p, m: write_speculators(p, m, True, True),
+                                    dict(bias=True, layernorms=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(ROUND_TRIPS))
+def test_written_as_speculators_eagle_reads_back_the_same(tmp_path, case):
+  """An EAGLE-1 draft (either layout) -> speculators' "eagle" type -> the same params and
+  logits, the verifier recorded; greedy decoding with it equals the target alone."""
+  from specjax.loading import draft_formats
+  write, kw = ROUND_TRIPS[case]
+  d = eagle1.load(write(tmp_path / "src", random_draft(TARGET, **kw)), TARGET)
+  assert d.cfg.own_embed == (case == "safeailab-own-embed")
+  out = draft_formats.save(d, "speculators", str(tmp_path / "out"), verifier="org/tiny-target")
+  with open(os.path.join(out, "config.json")) as f:
+    hf = json.load(f)
+  assert (hf["speculators_model_type"], hf["layernorms"], hf["fusion_bias"]) == (
+      "eagle", kw.get("layernorms", False), True)
+  assert hf["speculators_config"]["verifier"]["name_or_path"] == "org/tiny-target"
+  assert draft_formats.detect(out) == "speculators:eagle"
+  back = draft_formats.load(out, TARGET)
+  assert (back.kind, back.cfg, back.verifier) == ("eagle1", d.cfg, "org/tiny-target")
+  _same_params(back.params, d.params)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 11, (2, 9)), jnp.int32)
+  assert np.array_equal(_logits(back, tokens), _logits(d, tokens))
+  if case.startswith("speculators"):  # one short generate: exactness, not acceptance
+    base = specjax.generate(TARGET, PROMPTS, 12)
+    assert specjax.generate(TARGET, PROMPTS, 12, draft=f"eagle1:{out}", k=3).tokens == base.tokens
+
+
+def test_what_speculators_eagle_cannot_hold_is_one_line(tmp_path):
+  from specjax.loading import draft_formats
+  d = eagle1.load(write_safeailab(tmp_path / "two", random_draft(TARGET, n_layers=2)), TARGET)
+  bad = {"two layers": (lambda: draft_formats.save(d, "speculators", str(tmp_path / "a")),
+                        "holds one decoder layer .* has 2"),
+         "eagle3 layout": (lambda: draft_formats.save(d, "eagle3", str(tmp_path / "b")),
+                           "A eagle1 draft cannot be written as 'eagle3'"),
+         "another kind": (lambda: eagle1.save(dataclasses.replace(d, kind="eagle3"),
+                                              str(tmp_path / "c")), "not an EAGLE-1 draft")}
+  for what, (write, match) in bad.items():
+    with pytest.raises(ValueError, match=match) as e:
+      write()
+    assert "\n" not in str(e.value), what
+  assert not any(os.path.exists(tmp_path / x) for x in "abc")  # refused before writing
