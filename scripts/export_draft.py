@@ -1,24 +1,35 @@
-"""Writes an EAGLE-3, P-EAGLE or DFlash draft in speculators' format (what vLLM reads), or an
-EAGLE-3 draft in the EAGLE authors' legacy layout, from a published draft directory or a
-training workdir.
+"""Writes a draft trained here (a training workdir) or a published / shipped draft in the
+format another engine reads: speculators' (what vLLM reads), the EAGLE authors' legacy
+EAGLE-3 layout (SGLang), or a full Hugging Face directory (transformers).
 
-    python scripts/export_draft.py --draft=/path/to/eagle3_dir --target=smollm2-135m \
-        --format=speculators --out=/tmp/eagle3-speculators --verifier=HuggingFaceTB/SmolLM2-135M-Instruct
-    python scripts/export_draft.py --config=configs/distill.py:eagle3_tiny --workdir=/tmp/eagle3_tiny \
-        --format=speculators --out=/tmp/eagle3-tiny-speculators
-    python scripts/export_draft.py --config=configs/distill.py:peagle_tiny --workdir=/tmp/peagle_tiny \
-        --format=speculators --out=/tmp/peagle-tiny-speculators
-    python scripts/export_draft.py --config=configs/distill.py:dflash_tiny --workdir=/tmp/dflash_tiny \
-        --format=speculators --out=/tmp/dflash-tiny-speculators
+    python scripts/export_draft.py --config=configs/distill.py:eagle3_tiny \
+        --workdir=/tmp/eagle3_tiny --format=speculators --out=/tmp/eagle3-tiny-speculators
+    python scripts/export_draft.py --config=configs/distill.py:eagle3_tiny \
+        --workdir=/tmp/eagle3_tiny --format=eagle3 --out=/tmp/eagle3-tiny-legacy
+    python scripts/export_draft.py --config=configs/distill.py:tiny --workdir=/tmp/distill_tiny \
+        --format=hf --out=/tmp/distill-tiny-hf
+    python scripts/export_draft.py --draft=smollm2-135m-draft-lm --format=hf \
+        --out=/tmp/smollm2-135m-draft-lm-hf
+    python scripts/export_draft.py --draft=/path/to/eagle1_dir --target=smollm2-135m \
+        --format=speculators --out=/tmp/eagle1-speculators \
+        --verifier=HuggingFaceTB/SmolLM2-135M-Instruct
 
---draft: any EAGLE-3, P-EAGLE or DFlash directory specjax loads (speculators or legacy
-layout), read for --target (a model source). --config/--workdir instead: the best checkpoint
-of an EAGLE-3, P-EAGLE or DFlash training run (scripts/distill.py with an `eagle3`, `peagle`
-or `dflash` block), for the config's target; a P-EAGLE (DFlash) draft is written in
-speculators' peagle (dflash) format.
---verifier: the target's name recorded in speculators_config (default: the target's
-source). The logic is `specjax.loading.draft_formats.save`.
+--format=speculators: an EAGLE-3, P-EAGLE or DFlash draft in speculators' eagle3 / peagle /
+dflash type, an EAGLE-1 draft (`eagle1:<dir>`) in its "eagle" type. --format=eagle3: an
+EAGLE-3 draft in the legacy layout. --format=hf: an LM draft (a separate small decoder)
+as a Hugging Face directory that transformers loads (`assistant_model`).
+--config/--workdir: the best checkpoint (--nobest: the latest) of a scripts/distill.py run
+(its `eagle3`, `peagle` or `dflash` block, or an LM `draft`; configs/distill.py:peagle_tiny
+and :dflash_tiny export like :eagle3_tiny). --draft: a published draft directory read for
+--target, or (--format=hf) a shipped LM draft asset, by name or directory.
+--verifier: the target's name recorded in speculators_config (default: the target's source).
+specjax's own feature draft (configs/distill.py's default, `selfgen`, the shipped
+`smollm2-135m-draft`) has no exact form in any of them: the script says why in one line,
+before loading anything. The logic is `specjax.loading.draft_formats.save` and
+`specjax.training.export`.
 """
+import os
+import shutil
 import sys
 
 from absl import app, flags, logging
@@ -26,50 +37,153 @@ from absl import app, flags, logging
 from config_cli import define_config
 
 FLAGS = flags.FLAGS
-define_config(None, "An EAGLE-3, P-EAGLE or DFlash training config (with --workdir), e.g. "
-              "configs/distill.py:eagle3.",
+define_config(None, "A distillation config (with --workdir), e.g. configs/distill.py:eagle3.",
               example="configs/distill.py:eagle3_tiny")
-flags.DEFINE_string("workdir", None, "The EAGLE-3 / P-EAGLE / DFlash training workdir to "
-                    "export (with --config).")
-flags.DEFINE_string("draft", None, "The EAGLE-3 / P-EAGLE / DFlash draft directory to read "
-                    "(with --target).")
+flags.DEFINE_string("workdir", None, "The training workdir to export (with --config).")
+flags.DEFINE_string("draft", None, "The published draft directory to read (with --target), or "
+                    "with --format=hf a shipped LM draft asset (name or directory).")
 flags.DEFINE_string("target", None, "The target model source the draft was made for.")
-flags.DEFINE_enum("format", "speculators", ["speculators", "eagle3"], "The format to write.")
+flags.DEFINE_enum("format", "speculators", ["speculators", "eagle3", "hf"], "The format to write.")
 flags.DEFINE_string("out", None, "The directory to write.")
 flags.DEFINE_string("verifier", None, "The verifier name to record (default: the target's source).")
+flags.DEFINE_bool("best", True, "Export a workdir's best-alpha checkpoint (else the latest).")
 flags.mark_flags_as_required(["out"])
+
+FEATURE_LEAD = {  # how a feature draft misses each format, before the eagle clauses
+    "speculators": "does not map exactly onto",
+    "eagle3": "is not EAGLE-3 (the eagle3 layout) and does not map exactly onto",
+    "hf": ("reads the target's hidden states, so it has no Hugging Face (transformers) form, "
+           "and does not map exactly onto")}
+FEATURE_HELP = ("; for vLLM, train an EAGLE-3 draft (configs/distill.py:eagle3) and write it "
+                "with --format=speculators.")
+FEATURE_READERS = ("eagle3", "peagle", "dflash", "eagle1")  # drafts over target features
+
+
+def refusal(kind: str, fmt: str, what: str, head_vocab=False, multi_layer=False):
+  """The one line that refuses a (draft kind, format) pair no writer holds, else None:
+  decided from the config or the asset's metadata, before any model loads."""
+  from specjax.loading.draft_formats import WRITERS
+  if kind == "feature":
+    from specjax.training.export import not_speculators_eagle
+    return (f"error: {what} is specjax's feature draft, which {FEATURE_LEAD[fmt]} speculators' "
+            f"'eagle' type (EAGLE-1/HASS): {not_speculators_eagle(head_vocab, multi_layer)}"
+            f"{FEATURE_HELP}")
+  if kind == "lm":
+    return None if fmt == "hf" else (
+        f"error: {what} is an LM draft (a separate small decoder, no target features): write "
+        "it with --format=hf.")
+  if fmt == "hf":
+    then = "; write it with --format=speculators." if kind in FEATURE_READERS else "."
+    return (f"error: {what} is a draft of kind {kind}: it reads the target's hidden states, "
+            f"so it has no Hugging Face (transformers) form{then}")
+  if kind not in WRITERS[fmt]:
+    return (f"error: {what} is a draft of kind {kind}, which --format={fmt} does not hold "
+            f"(it holds {', '.join(WRITERS[fmt])} drafts).")
+  return None
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from specjax.loading import draft_formats, load_model
-  from specjax.training.checkpoints import CheckpointError
   if (FLAGS.draft is None) == (FLAGS.workdir is None):
     sys.exit("error: give --draft (with --target) or --workdir (with --config), one of them.")
+  from specjax.errors import LoadError
+  from specjax.training.checkpoints import CheckpointError
+  if FLAGS.workdir is not None and FLAGS.config is None:
+    sys.exit("error: --workdir needs --config (the distillation config it was trained with).")
   try:
     if FLAGS.workdir is not None:
-      from specjax.training import dflash, eagle3, peagle
-      from specjax.training.setup import setup_target
-      published = (peagle.published if "peagle" in FLAGS.config else dflash.published
-                   if "dflash" in FLAGS.config else eagle3.published)
-      target, train_prompts, _ = setup_target(FLAGS.config)
-      draft = published(FLAGS.config, FLAGS.workdir, target, train_prompts)
-      source = FLAGS.config.target
+      out, what = from_workdir(FLAGS.config, FLAGS.workdir)
+    elif FLAGS.format == "hf":
+      out, what = hf_from_asset(FLAGS.draft)
     else:
-      if FLAGS.target is None:
-        sys.exit("error: --draft needs --target (the model source it was made for).")
-      draft = draft_formats.load(FLAGS.draft, load_model(FLAGS.target), FLAGS.draft)
-      source = FLAGS.target
-    out = draft_formats.save(draft, FLAGS.format, FLAGS.out, verifier=FLAGS.verifier or source)
-  except (ValueError, CheckpointError) as e:
+      out, what = published(FLAGS.draft)
+  except (ValueError, LoadError, CheckpointError) as e:
     sys.exit(f"error: {e}")
-  print(f"{FLAGS.format}: {out} ({draft.fmt} {draft.kind} draft, {describe(draft)})")
+  print(f"{FLAGS.format}: {out} ({what})")
+
+
+def from_workdir(config, workdir: str):
+  """A training workdir's draft written in --format; the refusal comes before any loading."""
+  from specjax.training import export
+  from specjax.training.checkpoints import require_checkpoint
+  from specjax.training.draft import multi_layer
+  kind = export.trained_kind(config)
+  draft_cfg = config.get("draft") or {}
+  line = refusal(kind, FLAGS.format, f"the draft of --workdir={workdir}",
+                 head_vocab=draft_cfg.get("head_vocab_size", 0) > 0,
+                 multi_layer=kind == "feature" and multi_layer(draft_cfg))
+  if line:
+    sys.exit(line)
+  require_checkpoint(workdir, FLAGS.best)  # before the target loads
+  if kind == "lm":
+    got = export.export_checkpoint(config, workdir, hf_dir=FLAGS.out, best=FLAGS.best)
+    return got["hf_dir"], f"LM draft, checkpoint step {got['step']}"
+  from specjax.loading import draft_formats
+  from specjax.training import dflash, eagle3, peagle
+  from specjax.training.setup import setup_target
+  target, train_prompts, _ = setup_target(config)
+  draft = {"peagle": peagle, "dflash": dflash, "eagle3": eagle3}[kind].published(
+      config, workdir, target, train_prompts, best=FLAGS.best)
+  out = draft_formats.save(draft, FLAGS.format, FLAGS.out, verifier=FLAGS.verifier or config.target)
+  return out, f"{draft.fmt} {draft.kind} draft, {describe(draft)}"
+
+
+def published(source: str):
+  """A published draft directory (read for --target) written in --format."""
+  from specjax.loading import asset, draft_formats, load_model
+  from specjax.loading.hf import read_draft_meta
+  path = local(source)
+  if asset.is_draft_asset(path):  # a shipped asset is no published format: say what it is
+    meta = read_draft_meta(path) or {}
+    kind = meta.get("kind", "lm")
+    sys.exit(refusal(kind, FLAGS.format, source, head_vocab="head_vocab" in meta,
+                     multi_layer=len(meta.get("feature_layers", ())) > 1))
+  if FLAGS.target is None:
+    sys.exit("error: --draft needs --target (the model source it was made for).")
+  draft = draft_formats.load(path, load_model(FLAGS.target), source)
+  out = draft_formats.save(draft, FLAGS.format, FLAGS.out, verifier=FLAGS.verifier or FLAGS.target)
+  return out, f"{draft.fmt} {draft.kind} draft, {describe(draft)}"
+
+
+def hf_from_asset(source: str):
+  """A shipped LM draft asset (a registry name or its directory) as a full Hugging Face
+  directory: `asset.materialize_hf` (the full output head), copied to --out."""
+  from specjax.loading import asset, draft_formats, load_model
+  from specjax.loading.hf import read_draft_meta
+  path = local(source)
+  if not asset.is_draft_asset(path):
+    fmt = draft_formats.detect(path) if os.path.isdir(path) else None
+    if fmt is not None:  # a published draft: "eagle" is speculators' name for eagle1
+      sys.exit(refusal({"eagle": "eagle1"}.get(fmt.split(":")[-1], fmt.split(":")[-1]), "hf",
+                       source))
+    sys.exit(f"error: --format=hf --draft takes a shipped LM draft asset (a name such as "
+             f"smollm2-135m-draft-lm, or a directory scripts/export_hf.py --asset wrote); "
+             f"{source} is not one.")
+  meta = read_draft_meta(path) or {}
+  if meta.get("kind") == "feature":
+    sys.exit(refusal("feature", "hf", source, head_vocab="head_vocab" in meta,
+                     multi_layer=len(meta.get("feature_layers", ())) > 1))
+  target = load_model(FLAGS.target or asset.target_of(path))
+  built = asset.materialize_hf(path, target)
+  shutil.copytree(built, FLAGS.out, ignore=shutil.ignore_patterns("DONE"), dirs_exist_ok=True)
+  return FLAGS.out, f"LM draft asset {source}, full output head"
+
+
+def local(source: str) -> str:
+  """The directory of a --draft: a registry name's (a shipped asset), else the path."""
+  from specjax.loading import registry
+  return registry.source(source).path if source in registry.REGISTRY else os.path.expanduser(source)
 
 
 def describe(draft) -> str:
-  """Aux layers and draft vocabulary of an EAGLE-3, P-EAGLE or DFlash draft."""
+  """What a published draft holds: aux layers and draft vocabulary (EAGLE-3, P-EAGLE,
+  DFlash), or layer count and options (EAGLE-1)."""
   cfg = draft.cfg
+  if draft.kind == "eagle1":
+    opts = [o for o, on in (("layernorms", "embed_norm" in draft.params),
+                            ("fusion bias", "bias" in draft.params["fc"])) if on]
+    return f"{cfg.model.n_layers} layer, {', '.join(opts) or 'no layernorms, no fusion bias'}"
   if draft.kind == "dflash":  # speculators' aux ids, a block of drafts
     v = cfg.layers.vocab_size
     return (f"aux layers {list(cfg.aux_layer_ids)}, block {cfg.block_size}, draft vocabulary "

@@ -49,7 +49,8 @@ def feature_layers(draft_config, n_target_layers: int) -> Optional[tuple]:
   return None if len(layers) == 1 else layers
 
 
-def _multi_layer(draft_config) -> bool:
+def multi_layer(draft_config) -> bool:
+  """Whether a `config.draft` reads several target layers (EAGLE-3 style feature_layers)."""
   spec = draft_config.get("feature_layers", "last")
   return not (spec is None or isinstance(spec, str)) and len(tuple(spec)) > 1
 
@@ -57,7 +58,7 @@ def _multi_layer(draft_config) -> bool:
 def trainable_keys(draft_config) -> tuple:
   """The top-level param keys the trainer optimises for a `config.draft`."""
   keys = FEATURE_TRAINABLE_KEYS if is_feature(draft_config) else TRAINABLE_KEYS
-  if is_feature(draft_config) and _multi_layer(draft_config):
+  if is_feature(draft_config) and multi_layer(draft_config):
     keys = keys + ("fc_layers",)
   return keys + (("embed",) if draft_config.get("train_embeddings", False) else ())
 

@@ -1,6 +1,8 @@
 """Training-side export: a distillation run's draft -> shipped asset or Hugging Face directory.
 
     export_checkpoint(config, workdir, asset="specjax/assets/smollm2-135m-draft")
+    trained_kind(config)          # "lm", "feature", "eagle3", "peagle", "dflash" or "medusa"
+    not_speculators_eagle(...)    # why a feature draft has no exact speculators "eagle" form
 
 The formats themselves belong to inference and live in `specjax.loading`: the shipped
 asset (`loading/asset.py`: save_asset, load_asset, materialize_hf, with_head_kernel) and
@@ -15,8 +17,9 @@ from specjax.loading.asset import (FC_TENSOR, load_asset, materialize_hf, read_a
                                    save_asset, with_head_kernel)
 from specjax.loading.hf_export import export_hf, hf_config, hf_tensors
 
-__all__ = ["export_checkpoint", "FC_TENSOR", "load_asset", "materialize_hf", "read_asset",
-           "save_asset", "with_head_kernel", "export_hf", "hf_config", "hf_tensors"]
+__all__ = ["export_checkpoint", "trained_kind", "not_speculators_eagle", "FC_TENSOR", "load_asset",
+           "materialize_hf", "read_asset", "save_asset", "with_head_kernel", "export_hf",
+           "hf_config", "hf_tensors"]
 
 
 def export_checkpoint(config, workdir: str, asset: Optional[str] = None,
@@ -41,3 +44,34 @@ def export_checkpoint(config, workdir: str, asset: Optional[str] = None,
     export_hf(cfg, params, hf_dir, tokenizer=target.tokenizer, eos_ids=target.eos_ids,
               bos_id=target.bos_id)
   return {"step": step, "asset": asset, "hf_dir": hf_dir}
+
+
+HEAD_KINDS = ("peagle", "dflash", "eagle3", "medusa")  # a config block of its own: that trainer
+
+
+def trained_kind(config) -> str:
+  """What a distillation config trains: "peagle", "dflash", "eagle3" or "medusa" (the
+  config's block of that name), else config.draft's kind: "feature" (EAGLE-style, over the
+  target's features) or "lm" (a separate small decoder). Reads the config only."""
+  from specjax.training.draft import is_feature
+  for kind in HEAD_KINDS:
+    if kind in config:
+      return kind
+  return "feature" if is_feature(config.draft) else "lm"
+
+
+def not_speculators_eagle(head_vocab: bool, multi_layer: bool) -> str:
+  """Why specjax's feature draft (`models/feature_draft.py`) does not map exactly onto
+  speculators' "eagle" type (EAGLE-1/HASS, `loading/draft_formats/eagle1.py`), the one
+  published format of a draft over the target's last hidden state: the clauses that hold
+  for a draft with an FR-Spec head (`head_vocab`) and/or several feature layers."""
+  why = ["its fc scales the predicted feature it feeds back to unit RMS, a nonlinearity that "
+         "eagle's fusion_fc lacks (it takes the draft's raw output)",
+         "it reads the target's last hidden state before the final norm (eagle: after it)"]
+  if multi_layer:
+    why.append("it reads several target layers (feature_layers) where eagle reads the last one")
+  if head_vocab:
+    why.append("its FR-Spec head (head_vocab) gives q = 0 outside its ids where an eagle draft "
+               "scores the target's full head")
+  return ("; ".join(why) + " (docs/extending.md, 'EAGLE-1 and Medusa-1 beside specjax's own "
+          "drafts', tables the differences)")

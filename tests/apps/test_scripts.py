@@ -252,3 +252,52 @@ def test_speculate_bad_input_and_unreachable_model_are_clear_errors(tiny_dirs):
   err = fails("--config.target=gpt2", "--config.draft=distilgpt2", "--config.k=4",
               "--config.chat=False")
   assert "error: gpt2" in err and "hub" in err
+
+
+@pytest.mark.slow
+def test_export_draft_writes_an_lm_draft_asset_as_a_transformers_directory(tiny_dirs, tmp_path):
+  """--format=hf: a shipped-style LM draft asset (own float16 tensors, the target's
+  embeddings) -> a Hugging Face directory whose logits in transformers are specjax's."""
+  import dataclasses
+
+  import jax
+  import numpy as np
+  import torch
+  import transformers
+  from specjax.loading import load_model
+  from specjax.training import draft as draft_lib, export
+  target_dir, _ = tiny_dirs
+  target = load_model(target_dir)
+  cfg, params = draft_lib.build_draft(target.cfg, target.params, n_layers=1, init="random",
+                                      key=jax.random.PRNGKey(1), init_std=0.3)
+  # An asset shares the target's embeddings and nothing else: its head is them (tied).
+  cfg = dataclasses.replace(cfg, tie_embeddings=True)
+  params = {k: v for k, v in params.items() if k not in ("lm_head", "inference")}
+  asset = export.save_asset(cfg, params, str(tmp_path / "asset"), target=target_dir)
+  out = str(tmp_path / "hf")
+  proc = _run("export_draft.py", f"--draft={asset}", "--format=hf", f"--out={out}")
+  assert f"hf: {out} (LM draft asset" in proc.stdout
+  hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+  tokens = np.array([[1, 40, 41, 42, 43, 44]])
+  with torch.no_grad():
+    got = hf(torch.tensor(tokens)).logits.numpy()
+  want = np.asarray(load_model(asset, target=target).logits(tokens))
+  np.testing.assert_allclose(got, want, atol=1e-4)
+  assert transformers.AutoTokenizer.from_pretrained(out).vocab_size == target.tokenizer.vocab_size
+
+
+@pytest.mark.slow
+def test_export_draft_says_why_a_feature_draft_has_no_speculators_form(tmp_path):
+  """The feature draft of configs/distill.py (smollm2): one line naming what speculators'
+  eagle type lacks, before any checkpoint or model is read."""
+  env = dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export_draft.py"),
+                         "--config=configs/distill.py", f"--workdir={tmp_path / 'none'}",
+                         "--format=speculators", f"--out={tmp_path / 'out'}"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+  for fact in ("feeds back to unit RMS", "before the final norm", "head_vocab", "q = 0",
+               "docs/extending.md"):
+    assert fact in lines[0], fact
+  assert not (tmp_path / "out").exists() and not (tmp_path / "none").exists()
