@@ -23,7 +23,8 @@ from specjax.loading import load_model
 from specjax.models import KVCache, forward
 
 from conftest import TINY_VOCAB, save_tiny
-from test_loading import random_ids, torch_logits, write_gguf
+from test_gguf import write_gguf
+from test_loading import random_ids, torch_logits
 
 _COMMON = dict(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
