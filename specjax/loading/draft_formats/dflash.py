@@ -168,13 +168,8 @@ def save(draft: PublishedDraft, out_dir: str, verifier: Optional[str] = None,
       "aux_hidden_state_layer_ids": list(cfg.aux_layer_ids), "mask_token_id": cfg.mask_token_id,
       "sample_from_anchor": cfg.sample_from_anchor,
       "sliding_window_non_causal": cfg.window_non_causal, "target_hidden_size": None,
-      "speculators_config": {
-          "algorithm": "dflash",
-          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": cfg.n_drafts,
-                                "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-          "default_proposal_method": "greedy",
-          "verifier": {"name_or_path": verifier or draft.verifier,
-                       "architectures": list(verifier_archs)}}}
+      "speculators_config": et.speculators_block("dflash", verifier or draft.verifier, verifier_archs,
+                                                  cfg.n_drafts)}
   a = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
   out = {"fc.weight": a(np.asarray(params["fc"]["kernel"]).T),
          "hidden_norm.weight": a(params["hidden_norm"]["scale"]),

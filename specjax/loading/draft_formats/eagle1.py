@@ -44,7 +44,7 @@ import numpy as np
 
 from specjax.errors import LoadError
 from specjax.loading import hf as hf_lib
-from specjax.loading.draft_formats.eagle3_tensors import model_hf_config
+from specjax.loading.draft_formats.eagle3_tensors import model_hf_config, speculators_block
 from specjax.loading.draft_formats.torch_file import file_shapes, read_weights
 from specjax.models.config import ModelConfig
 from specjax.models.feature_draft import FeatureStyle
@@ -341,12 +341,7 @@ def config_dict(draft, verifier: Optional[str], verifier_archs=("LlamaForCausalL
       "transformer_layer_architecture": "LlamaDecoderLayer",
       "transformer_layer_config": model_hf_config(draft.cfg.model),
       "layernorms": layernorms, "fusion_bias": "bias" in draft.params["fc"],
-      "speculators_config": {
-          "algorithm": "eagle",
-          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-          "default_proposal_method": "greedy",
-          "verifier": {"name_or_path": verifier, "architectures": list(verifier_archs)}},
+      "speculators_config": speculators_block("eagle", verifier, verifier_archs, speculative_tokens),
   }
 
 

@@ -221,6 +221,17 @@ def layer_hf_config(cfg: Eagle3Config) -> dict:
   return model_hf_config(cfg.layer)
 
 
+def speculators_block(algorithm: str, verifier: Optional[str], verifier_archs=("LlamaForCausalLM",),
+                       speculative_tokens: int = 3) -> dict:
+  """config.json's `speculators_config` (speculators' SpeculatorsConfig, what vLLM reads):
+  the algorithm, one greedy proposal method of `speculative_tokens`, and the verifier."""
+  return {"algorithm": algorithm,
+          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+          "default_proposal_method": "greedy",
+          "verifier": {"name_or_path": verifier, "architectures": list(verifier_archs)}}
+
+
 def model_hf_config(lc: ModelConfig) -> dict:
   """A Llama / Qwen3 ModelConfig as a transformers config dict (a draft's layers; EAGLE-1's
   `transformer_layer_config` too)."""

@@ -78,12 +78,8 @@ def config_dict(cfg: Eagle3Config, verifier: Optional[str], verifier_archs=("Lla
       "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": cfg.norm_before_fc,
       "fc_norm": cfg.fc_norm, "norm_output": cfg.norm_output, "embed_requires_grad": False,
       "tie_word_embeddings": False, "dtype": "float32",
-      "speculators_config": {
-          "algorithm": "eagle3",
-          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-          "default_proposal_method": "greedy",
-          "verifier": {"name_or_path": verifier, "architectures": list(verifier_archs)}},
+      "speculators_config": et.speculators_block("eagle3", verifier, verifier_archs,
+                                                  speculative_tokens),
   }
 
 
