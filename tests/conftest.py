@@ -49,7 +49,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # tests/test_exact_sampling.py took 38 CPU-s at -O2 against 50 at -O0.
 # One LLVM module a program instead of XLA's split for parallel codegen: three tiny-model
 # generate calls (a chain at k = 2 and 3, a static tree) took 5.3-5.5 CPU-s against 6.0-6.3.
-RUN_HEAVY = ("test_exact_sampling.py", "test_tree_sampling.py")
+from run_files import FAST_EXIT, RUN_HEAVY  # noqa: E402 (tests/ is on the path: pytest.ini)
 _files = [a for a in sys.argv[1:] if a.endswith(".py") or ".py::" in a]
 _level = "2" if _files and all(a.split("::")[0].endswith(RUN_HEAVY) for a in _files) else "0"
 for _flag, _value in (("xla_backend_optimization_level", _level),
@@ -195,3 +195,21 @@ def pytest_terminal_summary(terminalreporter):
   used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
              for f in ("ru_utime", "ru_stime"))
   terminalreporter.write_line(f"cpu {used:.0f} s")
+
+
+_EXIT_STATUS = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+  _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+  """Under tests/run_files.py ($SPECJAX_TESTS_FAST_EXIT), the process ends here with
+  pytest's exit status, once everything is reported: the interpreter's teardown of jax's
+  compiled programs took about 0.7 s a process and decides nothing."""
+  if os.environ.get(FAST_EXIT) and _EXIT_STATUS:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_EXIT_STATUS[-1])

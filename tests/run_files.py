@@ -46,6 +46,12 @@ KINDS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselect
 _COUNT = re.compile(rf"(\d+) ({'|'.join(KINDS)})s?\b")
 _CPU = re.compile(r"^cpu (\d+) s$", re.M)  # tests/conftest.py's pytest_terminal_summary
 NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker expression selects nothing
+# Files that mostly run programs rather than compile them: conftest.py keeps XLA's -O2 for
+# a process that runs only these, so they never join a group.
+RUN_HEAVY = ("test_exact_sampling.py", "test_tree_sampling.py")
+# Set for the files' processes: conftest.py ends each with os._exit once pytest has
+# reported, instead of the interpreter's teardown (0.7 s a process of jax's programs).
+FAST_EXIT = "SPECJAX_TESTS_FAST_EXIT"
 
 
 @dataclasses.dataclass
@@ -84,7 +90,7 @@ def _run_once(paths: tuple, pytest_args: list, timeout: float) -> FileResult:
   start = time.perf_counter()
   # Own process group, so a timeout also ends the subprocesses a test started.
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, start_new_session=True)
+                          text=True, start_new_session=True, env=dict(os.environ, **{FAST_EXIT: "1"}))
   try:
     out, _ = proc.communicate(timeout=timeout)
     rc = proc.returncode
@@ -172,12 +178,12 @@ def group_short_files(files: list, budget: float, seconds: dict | None = None) -
   (unrecorded first), so the last to start are short and both jobs end together: a tuple
   of paths each. Files whose recorded CPU seconds are under `budget` / 3 join the group
   after them in order until it would pass `budget`; longer and unrecorded files run
-  alone. budget 0: every file alone, in the given order."""
+  alone, as do RUN_HEAVY files. budget 0: every file alone, in the given order."""
   seconds = read_seconds() if seconds is None else seconds
   groups, open_group, total = [], [], 0.0
   for f in files:
     cost = seconds.get(os.path.relpath(f, ROOT))
-    if not budget or cost is None or cost >= budget / 3:
+    if not budget or cost is None or cost >= budget / 3 or f.endswith(RUN_HEAVY):
       groups.append((f,))
       continue
     if open_group and total + cost > budget:
@@ -208,9 +214,10 @@ def main(argv=None) -> int:
                            "by default: two files that compiled the same program at the same "
                            "moment read a broken entry, 'NOT_FOUND: Function ... not found', and "
                            "files share few programs, so it saved little)")
-  parser.add_argument("--group", type=float, default=75.0,
-                      help="CPU seconds of short files (by the record) that share one process "
-                           "(default 75; 0: one process a file)")
+  parser.add_argument("--group", type=float, default=120.0,
+                      help="CPU seconds of short files (by the record) that share one process; "
+                           "files under a third of it are short (default 120; 0: one process a "
+                           "file)")
   parser.add_argument("--record", action="store_true",
                       help="write each passing file's CPU seconds to tests/file_seconds.json, "
                            "the order later runs start the files in (slowest first)")
