@@ -49,39 +49,6 @@ flags.DEFINE_string("verifier", None, "The verifier name to record (default: the
 flags.DEFINE_bool("best", True, "Export a workdir's best-alpha checkpoint (else the latest).")
 flags.mark_flags_as_required(["out"])
 
-FEATURE_LEAD = {  # how a feature draft misses each format, before the eagle clauses
-    "speculators": "does not map exactly onto",
-    "eagle3": "is not EAGLE-3 (the eagle3 layout) and does not map exactly onto",
-    "hf": ("reads the target's hidden states, so it has no Hugging Face (transformers) form, "
-           "and does not map exactly onto")}
-FEATURE_HELP = ("; for vLLM, train an EAGLE-3 draft (configs/distill.py:eagle3) and write it "
-                "with --format=speculators.")
-FEATURE_READERS = ("eagle3", "peagle", "dflash", "eagle1")  # drafts over target features
-
-
-def refusal(kind: str, fmt: str, what: str, head_vocab=False, multi_layer=False):
-  """The one line that refuses a (draft kind, format) pair no writer holds, else None:
-  decided from the config or the asset's metadata, before any model loads."""
-  from specjax.loading.draft_formats import WRITERS
-  if kind == "feature":
-    from specjax.training.export import not_speculators_eagle
-    return (f"error: {what} is specjax's feature draft, which {FEATURE_LEAD[fmt]} speculators' "
-            f"'eagle' type (EAGLE-1/HASS): {not_speculators_eagle(head_vocab, multi_layer)}"
-            f"{FEATURE_HELP}")
-  if kind == "lm":
-    return None if fmt == "hf" else (
-        f"error: {what} is an LM draft (a separate small decoder, no target features): write "
-        "it with --format=hf.")
-  if fmt == "hf":
-    then = "; write it with --format=speculators." if kind in FEATURE_READERS else "."
-    return (f"error: {what} is a draft of kind {kind}: it reads the target's hidden states, "
-            f"so it has no Hugging Face (transformers) form{then}")
-  if kind not in WRITERS[fmt]:
-    return (f"error: {what} is a draft of kind {kind}, which --format={fmt} does not hold "
-            f"(it holds {', '.join(WRITERS[fmt])} drafts).")
-  return None
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -110,7 +77,7 @@ def from_workdir(config, workdir: str):
   from specjax.training.draft import multi_layer
   kind = export.trained_kind(config)
   draft_cfg = config.get("draft") or {}
-  line = refusal(kind, FLAGS.format, f"the draft of --workdir={workdir}",
+  line = export.refusal(kind, FLAGS.format, f"the draft of --workdir={workdir}",
                  head_vocab=draft_cfg.get("head_vocab_size", 0) > 0,
                  multi_layer=kind == "feature" and multi_layer(draft_cfg))
   if line:
@@ -132,12 +99,13 @@ def from_workdir(config, workdir: str):
 def published(source: str):
   """A published draft directory (read for --target) written in --format."""
   from specjax.loading import asset, draft_formats, load_model
+  from specjax.training import export
   from specjax.loading.hf import read_draft_meta
   path = local(source)
   if asset.is_draft_asset(path):  # a shipped asset is no published format: say what it is
     meta = read_draft_meta(path) or {}
     kind = meta.get("kind", "lm")
-    sys.exit(refusal(kind, FLAGS.format, source, head_vocab="head_vocab" in meta,
+    sys.exit(export.refusal(kind, FLAGS.format, source, head_vocab="head_vocab" in meta,
                      multi_layer=len(meta.get("feature_layers", ())) > 1))
   if FLAGS.target is None:
     sys.exit("error: --draft needs --target (the model source it was made for).")
@@ -150,19 +118,20 @@ def hf_from_asset(source: str):
   """A shipped LM draft asset (a registry name or its directory) as a full Hugging Face
   directory: `asset.materialize_hf` (the full output head), copied to --out."""
   from specjax.loading import asset, draft_formats, load_model
+  from specjax.training import export
   from specjax.loading.hf import read_draft_meta
   path = local(source)
   if not asset.is_draft_asset(path):
     fmt = draft_formats.detect(path) if os.path.isdir(path) else None
     if fmt is not None:  # a published draft: "eagle" is speculators' name for eagle1
-      sys.exit(refusal({"eagle": "eagle1"}.get(fmt.split(":")[-1], fmt.split(":")[-1]), "hf",
+      sys.exit(export.refusal({"eagle": "eagle1"}.get(fmt.split(":")[-1], fmt.split(":")[-1]), "hf",
                        source))
     sys.exit(f"error: --format=hf --draft takes a shipped LM draft asset (a name such as "
              f"smollm2-135m-draft-lm, or a directory scripts/export_hf.py --asset wrote); "
              f"{source} is not one.")
   meta = read_draft_meta(path) or {}
   if meta.get("kind") == "feature":
-    sys.exit(refusal("feature", "hf", source, head_vocab="head_vocab" in meta,
+    sys.exit(export.refusal("feature", "hf", source, head_vocab="head_vocab" in meta,
                      multi_layer=len(meta.get("feature_layers", ())) > 1))
   target = load_model(FLAGS.target or asset.target_of(path))
   built = asset.materialize_hf(path, target)

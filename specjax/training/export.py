@@ -15,6 +15,7 @@ from typing import Optional
 
 from specjax.loading.asset import (FC_TENSOR, load_asset, materialize_hf, read_asset,
                                    save_asset, with_head_kernel)
+from specjax.loading.draft_formats import WRITERS
 from specjax.loading.hf_export import export_hf, hf_config, hf_tensors
 
 __all__ = ["export_checkpoint", "trained_kind", "not_speculators_eagle", "FC_TENSOR", "load_asset",
@@ -75,3 +76,34 @@ def not_speculators_eagle(head_vocab: bool, multi_layer: bool) -> str:
                "scores the target's full head")
   return ("; ".join(why) + " (docs/extending.md, 'EAGLE-1 and Medusa-1 beside specjax's own "
           "drafts', tables the differences)")
+
+
+FEATURE_LEAD = {  # how a feature draft misses each format, before the eagle clauses
+    "speculators": "does not map exactly onto",
+    "eagle3": "is not EAGLE-3 (the eagle3 layout) and does not map exactly onto",
+    "hf": ("reads the target's hidden states, so it has no Hugging Face (transformers) form, "
+           "and does not map exactly onto")}
+FEATURE_HELP = ("; for vLLM, train an EAGLE-3 draft (configs/distill.py:eagle3) and write it "
+                "with --format=speculators.")
+FEATURE_READERS = ("eagle3", "peagle", "dflash", "eagle1")  # drafts over target features
+
+
+def refusal(kind: str, fmt: str, what: str, head_vocab=False, multi_layer=False):
+  """The one line that refuses a (draft kind, format) pair no writer holds, else None:
+  decided from the config or the asset's metadata, before any model loads."""
+  if kind == "feature":
+    return (f"error: {what} is specjax's feature draft, which {FEATURE_LEAD[fmt]} speculators' "
+            f"'eagle' type (EAGLE-1/HASS): {not_speculators_eagle(head_vocab, multi_layer)}"
+            f"{FEATURE_HELP}")
+  if kind == "lm":
+    return None if fmt == "hf" else (
+        f"error: {what} is an LM draft (a separate small decoder, no target features): write "
+        "it with --format=hf.")
+  if fmt == "hf":
+    then = "; write it with --format=speculators." if kind in FEATURE_READERS else "."
+    return (f"error: {what} is a draft of kind {kind}: it reads the target's hidden states, "
+            f"so it has no Hugging Face (transformers) form{then}")
+  if kind not in WRITERS[fmt]:
+    return (f"error: {what} is a draft of kind {kind}, which --format={fmt} does not hold "
+            f"(it holds {', '.join(WRITERS[fmt])} drafts).")
+  return None
