@@ -156,7 +156,7 @@ def save(draft: PublishedDraft, out_dir: str, verifier: Optional[str] = None,
   from safetensors.numpy import save_file  # local: keeps `import specjax` light
   cfg, params = draft.cfg, draft.params
   lc = cfg.layers
-  layer = et.layer_hf_config(et_cfg(cfg))
+  layer = et.model_hf_config(lc)
   layer["model_type"] = "qwen3" if lc.qk_norm else "llama"
   if cfg.windows:
     layer["layer_types"] = ["sliding_attention" if w else "full_attention" for w in cfg.windows]
@@ -170,23 +170,12 @@ def save(draft: PublishedDraft, out_dir: str, verifier: Optional[str] = None,
       "sliding_window_non_causal": cfg.window_non_causal, "target_hidden_size": None,
       "speculators_config": et.speculators_block("dflash", verifier or draft.verifier, verifier_archs,
                                                   cfg.n_drafts)}
-  a = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  a = et.torch_array
   out = {"fc.weight": a(np.asarray(params["fc"]["kernel"]).T),
          "hidden_norm.weight": a(params["hidden_norm"]["scale"]),
          "norm.weight": a(params["final_norm"]["scale"])}
   for i, l in enumerate(params["layers"]):
-    pre = f"layers.{i}."
-    for k in "qkvo":
-      out[f"{pre}self_attn.{k}_proj.weight"] = a(np.asarray(l["attn"][k]["kernel"]).T)
-      if "bias" in l["attn"][k]:
-        out[f"{pre}self_attn.{k}_proj.bias"] = a(l["attn"][k]["bias"])
-    for k in ("q_norm", "k_norm"):
-      if k in l["attn"]:
-        out[f"{pre}self_attn.{k}.weight"] = a(l["attn"][k]["scale"])
-    out[pre + "input_layernorm.weight"] = a(l["attn_norm"]["scale"])
-    out[pre + "post_attention_layernorm.weight"] = a(l["mlp_norm"]["scale"])
-    for k in ("gate", "up", "down"):
-      out[f"{pre}mlp.{k}_proj.weight"] = a(np.asarray(l["mlp"][k]["kernel"]).T)
+    out.update(et.layer_tensors(l, f"layers.{i}."))
   if "draft_ids" in params:  # a full-vocabulary head is the target's: speculators omits it
     out["lm_head.weight"] = a(np.asarray(params["lm_head"]["kernel"]).T)
     ids = np.asarray(params["draft_ids"], np.int64)
@@ -199,11 +188,3 @@ def save(draft: PublishedDraft, out_dir: str, verifier: Optional[str] = None,
     json.dump(hf_cfg, fh, indent=2)
   save_file(out, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
   return out_dir
-
-
-def et_cfg(cfg: dflash_lib.DFlashConfig):
-  """An Eagle3Config shell around the layers' config, for `eagle3_tensors.layer_hf_config`."""
-  from specjax.models.eagle3 import Eagle3Config
-  return Eagle3Config(layer=cfg.layers, aux_layers=cfg.aux_layer_ids,
-                      target_d_model=cfg.layers.d_model,
-                      draft_vocab_size=cfg.draft_vocab_size or cfg.layers.vocab_size)

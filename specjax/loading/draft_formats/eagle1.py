@@ -44,7 +44,9 @@ import numpy as np
 
 from specjax.errors import LoadError
 from specjax.loading import hf as hf_lib
-from specjax.loading.draft_formats.eagle3_tensors import model_hf_config, speculators_block
+from specjax.loading.draft_formats.eagle3_tensors import (dense_tensors, layer_tensors,
+                                                          model_hf_config, speculators_block,
+                                                          torch_array)
 from specjax.loading.draft_formats.torch_file import file_shapes, read_weights
 from specjax.models.config import ModelConfig
 from specjax.models.feature_draft import FeatureStyle
@@ -305,28 +307,13 @@ def _writable(draft) -> bool:
 
 def tensors_of(draft) -> dict:
   """{speculators tensor name: float32 numpy array, torch layout} of an EAGLE-1 draft."""
-  a = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
-  p, out = draft.params, {}
-
-  def dense(key, d):
-    out[key + ".weight"] = a(np.asarray(d["kernel"]).T)
-    if "bias" in d:
-      out[key + ".bias"] = a(d["bias"])
-
-  dense("fusion_fc", p["fc"])
-  layer = p["layers"][0]
-  for x in "qkvo":
-    dense(f"transformer.self_attn.{x}_proj", layer["attn"][x])
-  for x in ("gate", "up", "down"):
-    dense(f"transformer.mlp.{x}_proj", layer["mlp"][x])
-  out["transformer.post_attention_layernorm.weight"] = a(layer["mlp_norm"]["scale"])
-  if "attn_norm" in layer:
-    out["transformer.input_layernorm.weight"] = a(layer["attn_norm"]["scale"])
+  p = draft.params
+  out = {**dense_tensors("fusion_fc", p["fc"]), **layer_tensors(p["layers"][0], "transformer.")}
   if "embed_norm" in p:
-    out["embedding_layernorm.weight"] = a(p["embed_norm"]["scale"])
-    out["pre_lm_head_layernorm.weight"] = a(p["final_norm"]["scale"])
+    out["embedding_layernorm.weight"] = torch_array(p["embed_norm"]["scale"])
+    out["pre_lm_head_layernorm.weight"] = torch_array(p["final_norm"]["scale"])
   if draft.cfg.own_embed:
-    out["embed_tokens.weight"] = a(p["embed"])
+    out["embed_tokens.weight"] = torch_array(p["embed"])
   return out
 
 

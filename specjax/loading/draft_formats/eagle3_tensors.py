@@ -172,19 +172,44 @@ def params_from_tensors(tensors: dict, cfg: Eagle3Config, target, name: str,
   return params
 
 
+def torch_array(x) -> np.ndarray:
+  """A tensor as the writers store it: float32, contiguous."""
+  return np.ascontiguousarray(np.asarray(x, np.float32))
+
+
+def dense_tensors(key: str, p: dict) -> dict:
+  """A dense param {"kernel" [I, O], "bias"?} as torch's `{key}.weight` [O, I] (and `.bias`)."""
+  out = {key + ".weight": torch_array(np.asarray(p["kernel"]).T)}
+  if "bias" in p:
+    out[key + ".bias"] = torch_array(p["bias"])
+  return out
+
+
+def layer_tensors(layer: dict, pre: str) -> dict:
+  """One decoder layer's params as transformers' Llama / Qwen3 tensors under `pre`: the
+  attention projections, q/k norms, input norm (absent from EAGLE-1's first layer),
+  post-attention norm, EAGLE-3's hidden_norm and the MLP, each where the layer has it."""
+  attn, out = layer["attn"], {}
+  for k in "qkvo":
+    out.update(dense_tensors(f"{pre}self_attn.{k}_proj", attn[k]))
+  for k in ("q_norm", "k_norm"):
+    if k in attn:
+      out[f"{pre}self_attn.{k}.weight"] = torch_array(attn[k]["scale"])
+  for name, key in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "mlp_norm"),
+                    ("hidden_norm", "hidden_norm")):
+    if key in layer:
+      out[f"{pre}{name}.weight"] = torch_array(layer[key]["scale"])
+  for k in ("gate", "up", "down"):
+    out.update(dense_tensors(f"{pre}mlp.{k}_proj", layer["mlp"][k]))
+  return out
+
+
 def tensors_from_params(params: dict, cfg: Eagle3Config, legacy: bool = False,
                         with_embed: bool = True) -> dict:
   """The inverse of `params_from_tensors`: {name: numpy array} (float32, torch layout);
   `legacy` names layer 0 `midlayer.*`."""
-  a = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
-  out = {}
-
-  def dense(key, p):
-    out[key + ".weight"] = a(np.asarray(p["kernel"]).T)
-    if "bias" in p:
-      out[key + ".bias"] = a(p["bias"])
-
-  dense("fc", params["fc"])
+  a = torch_array
+  out = dense_tensors("fc", params["fc"])
   if with_embed:
     out["embed_tokens.weight"] = a(params["embed"])
   if "input_norm" in params:
@@ -192,20 +217,9 @@ def tensors_from_params(params: dict, cfg: Eagle3Config, legacy: bool = False,
   for j, p in enumerate(params.get("fc_norm", [])):
     out[f"fc_norm.{j}.weight"] = a(p["scale"])
   for i, l in enumerate(params["layers"]):
-    pre = LEGACY_PREFIX if legacy and i == 0 else f"layers.{i}."
-    for k in "qkvo":
-      dense(f"{pre}self_attn.{k}_proj", l["attn"][k])
-    for k in ("q_norm", "k_norm"):
-      if k in l["attn"]:
-        out[f"{pre}self_attn.{k}.weight"] = a(l["attn"][k]["scale"])
-    out[pre + "input_layernorm.weight"] = a(l["attn_norm"]["scale"])
-    out[pre + "post_attention_layernorm.weight"] = a(l["mlp_norm"]["scale"])
-    if "hidden_norm" in l:
-      out[pre + "hidden_norm.weight"] = a(l["hidden_norm"]["scale"])
-    for k in ("gate", "up", "down"):
-      dense(f"{pre}mlp.{k}_proj", l["mlp"][k])
+    out.update(layer_tensors(l, LEGACY_PREFIX if legacy and i == 0 else f"layers.{i}."))
   out["norm.weight"] = a(params["final_norm"]["scale"])
-  dense("lm_head", params["lm_head"])
+  out.update(dense_tensors("lm_head", params["lm_head"]))
   vd = params["lm_head"]["kernel"].shape[1]
   if "draft_ids" in params or vd != cfg.vocab_size:
     ids = np.asarray(params.get("draft_ids", np.arange(vd)), np.int64)
