@@ -78,8 +78,8 @@ def from_workdir(config, workdir: str):
   kind = export.trained_kind(config)
   draft_cfg = config.get("draft") or {}
   line = export.refusal(kind, FLAGS.format, f"the draft of --workdir={workdir}",
-                 head_vocab=draft_cfg.get("head_vocab_size", 0) > 0,
-                 multi_layer=kind == "feature" and multi_layer(draft_cfg))
+                        head_vocab=draft_cfg.get("head_vocab_size", 0) > 0,
+                        multi_layer=kind == "feature" and multi_layer(draft_cfg))
   if line:
     sys.exit(line)
   require_checkpoint(workdir, FLAGS.best)  # before the target loads
@@ -99,14 +99,10 @@ def from_workdir(config, workdir: str):
 def published(source: str):
   """A published draft directory (read for --target) written in --format."""
   from specjax.loading import asset, draft_formats, load_model
-  from specjax.training import export
-  from specjax.loading.hf import read_draft_meta
   path = local(source)
   if asset.is_draft_asset(path):  # a shipped asset is no published format: say what it is
-    meta = read_draft_meta(path) or {}
-    kind = meta.get("kind", "lm")
-    sys.exit(export.refusal(kind, FLAGS.format, source, head_vocab="head_vocab" in meta,
-                     multi_layer=len(meta.get("feature_layers", ())) > 1))
+    sys.exit(asset_refusal(path, source) or f"error: {source} is a shipped draft asset, not a "
+             f"published draft; --format={FLAGS.format} does not hold it.")
   if FLAGS.target is None:
     sys.exit("error: --draft needs --target (the model source it was made for).")
   draft = draft_formats.load(path, load_model(FLAGS.target), source)
@@ -119,24 +115,33 @@ def hf_from_asset(source: str):
   directory: `asset.materialize_hf` (the full output head), copied to --out."""
   from specjax.loading import asset, draft_formats, load_model
   from specjax.training import export
-  from specjax.loading.hf import read_draft_meta
   path = local(source)
   if not asset.is_draft_asset(path):
     fmt = draft_formats.detect(path) if os.path.isdir(path) else None
     if fmt is not None:  # a published draft: "eagle" is speculators' name for eagle1
-      sys.exit(export.refusal({"eagle": "eagle1"}.get(fmt.split(":")[-1], fmt.split(":")[-1]), "hf",
-                       source))
+      kind = fmt.split(":")[-1]
+      sys.exit(export.refusal({"eagle": "eagle1"}.get(kind, kind), "hf", source))
     sys.exit(f"error: --format=hf --draft takes a shipped LM draft asset (a name such as "
              f"smollm2-135m-draft-lm, or a directory scripts/export_hf.py --asset wrote); "
              f"{source} is not one.")
-  meta = read_draft_meta(path) or {}
-  if meta.get("kind") == "feature":
-    sys.exit(export.refusal("feature", "hf", source, head_vocab="head_vocab" in meta,
-                     multi_layer=len(meta.get("feature_layers", ())) > 1))
+  line = asset_refusal(path, source)
+  if line:
+    sys.exit(line)
   target = load_model(FLAGS.target or asset.target_of(path))
   built = asset.materialize_hf(path, target)
   shutil.copytree(built, FLAGS.out, ignore=shutil.ignore_patterns("DONE"), dirs_exist_ok=True)
   return FLAGS.out, f"LM draft asset {source}, full output head"
+
+
+def asset_refusal(path: str, source: str):
+  """`export.refusal` for a shipped draft asset (an LM draft unless its metadata says
+  feature), from its metadata alone."""
+  from specjax.loading.hf import read_draft_meta
+  from specjax.training import export
+  meta = read_draft_meta(path) or {}
+  return export.refusal(meta.get("kind", "lm"), FLAGS.format, source,
+                        head_vocab="head_vocab" in meta,
+                        multi_layer=len(meta.get("feature_layers", ())) > 1)
 
 
 def local(source: str) -> str:

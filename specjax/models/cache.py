@@ -10,7 +10,8 @@ block of slots is one batched product per (row, head) with no transpose: values
 [B, K, S, D], keys transposed to [B, K, D, S] (slots minor), which makes the scores
 q @ keys a plain [G*T, D] x [D, S] product; XLA's CPU dot ran that 2-3x faster than the
 [S, D]-transposed form, and a slots-major [B, S, K, D] cache made it transpose every
-layer's keys and values on every step ("Cache layout" in `git show 0adddfe:experiments/pass_cost/README.md`).
+layer's keys and values on every step ("Cache layout" in
+`git show 0adddfe:experiments/pass_cost/README.md`).
 """
 from __future__ import annotations
 

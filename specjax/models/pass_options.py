@@ -4,11 +4,11 @@ On the CPU backend, XLA (jaxlib 0.10) routes every dot through a YNNPACK fusion 
 default. For products of a few rows by a large weight (a verify pass of k + 1 tokens, a
 batch of decode steps) its kernels cost 2-3x their 1-row time, where XLA's own dot
 (Eigen) costs about 1.4x: measured side by side, a 5-token pass of SmolLM2-135M took
-2.65x a 1-token step with YNNPACK and 1.67x without ("YNNPACK off for few
-rows" in `git show 0adddfe:experiments/pass_cost/README.md`). For large products (prefills of 128 tokens and more) the
-YNNPACK kernels are faster, so the prefill is compiled apart with the defaults and only
-programs whose passes have at most `MAX_ROWS` rows get `FEW_ROW_CPU`. Reductions stay
-in YNNPACK fusions: the vocabulary head of 2..64 rows is a multiply-and-reduce
+2.65x a 1-token step with YNNPACK and 1.67x without ("YNNPACK off for few rows" in
+`git show 0adddfe:experiments/pass_cost/README.md`). For large products (prefills of 128
+tokens and more) the YNNPACK kernels are faster, so the prefill is compiled apart with the
+defaults and only programs whose passes have at most `MAX_ROWS` rows get `FEW_ROW_CPU`.
+Reductions stay in YNNPACK fusions: the vocabulary head of 2..64 rows is a multiply-and-reduce
 (`transformer.full_head`), which YNNPACK runs 1.2-1.7x faster than any dot form tried,
 and which XLA's own loops run 10-100x slower ("Head as a reduction" in that README).
 

@@ -311,8 +311,9 @@ def forward_hidden(params: dict, cfg: ModelConfig, tokens: jax.Array,
 # multiply-and-reduce over D, [V, 1, D] * [1, R, D] summed, which XLA hands to a YNNPACK
 # reduction (`pass_options` keeps reductions there) that reads the weight once for all
 # rows; measured 1.2-1.7x faster than the GEMM on a [D, V] copy, the weight as left
-# operand, or one matrix-vector product per row ("Head as a
-# reduction" in `git show 0adddfe:experiments/pass_cost/README.md`). More rows (training) and other backends: the plain product.
+# operand, or one matrix-vector product per row ("Head as a reduction" in
+# `git show 0adddfe:experiments/pass_cost/README.md`). More rows (training) and other
+# backends: the plain product.
 _HEAD_REDUCE_MAX_ROWS = 64
 
 

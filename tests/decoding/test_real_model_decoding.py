@@ -111,9 +111,9 @@ def test_shipped_lm_draft(smollm2, ids, base):
   spec = specjax.generate(smollm2, ids, NEW, draft=draft, k=4)
   assert spec.tokens == base.tokens
   assert 0.1 < spec.stats.acceptance_rate < 1  # undistilled init: ~0.03
-  # The registry name gives the same draft, reduced head included (the target passed in,
-  # as the asset's own path was; the "-hf" name below loads it by name); the "-hf" name the
-  # full-head Hugging Face export, equal on the reduced vocabulary.
+  # The registry name gives the same draft, reduced head included (given the loaded target:
+  # one GGUF load fewer); the "-hf" name the full-head Hugging Face export, equal on the
+  # reduced vocabulary (it loads its target by name).
   reg = load_model("smollm2-135m-draft-lm", target=smollm2)
   assert reg.cfg == draft.cfg
   np.testing.assert_array_equal(np.asarray(reg.params["head_vocab"]),

@@ -168,8 +168,8 @@ def save(draft: PublishedDraft, out_dir: str, verifier: Optional[str] = None,
       "aux_hidden_state_layer_ids": list(cfg.aux_layer_ids), "mask_token_id": cfg.mask_token_id,
       "sample_from_anchor": cfg.sample_from_anchor,
       "sliding_window_non_causal": cfg.window_non_causal, "target_hidden_size": None,
-      "speculators_config": et.speculators_block("dflash", verifier or draft.verifier, verifier_archs,
-                                                  cfg.n_drafts)}
+      "speculators_config": et.speculators_block("dflash", verifier or draft.verifier,
+                                                  verifier_archs, cfg.n_drafts)}
   a = et.torch_array
   out = {"fc.weight": a(np.asarray(params["fc"]["kernel"]).T),
          "hidden_norm.weight": a(params["hidden_norm"]["scale"]),

@@ -328,7 +328,8 @@ def config_dict(draft, verifier: Optional[str], verifier_archs=("LlamaForCausalL
       "transformer_layer_architecture": "LlamaDecoderLayer",
       "transformer_layer_config": model_hf_config(draft.cfg.model),
       "layernorms": layernorms, "fusion_bias": "bias" in draft.params["fc"],
-      "speculators_config": speculators_block("eagle", verifier, verifier_archs, speculative_tokens),
+      "speculators_config": speculators_block("eagle", verifier, verifier_archs,
+                                              speculative_tokens),
   }
 
 
