@@ -75,8 +75,19 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
   if speculative:
     check_drafter(drafter, target.cfg, k, tree, limit, longest + max_new_tokens)
   plan = plan_lib.plan(target.cfg, longest, max_new_tokens, width, max_cache_len)
-  prompt, lens = plan_lib.pad_prompts(prompts, plan.bucket)
   mesh = mesh if mesh is not None else getattr(target, "mesh", None)
+  # Row groups of the prefill, each at its own bucket (one group on a mesh: its data axis
+  # pads the whole batch); the loop runs the rows in the groups' order, undone below.
+  groups = plan_lib.prefill_groups([len(p) for p in prompts]) if mesh is None else None
+  if groups is None or len(groups) == 1:
+    order = np.arange(len(prompts))
+    prompt, lens = plan_lib.pad_prompts(prompts, plan.bucket)
+  else:
+    order = np.concatenate(groups)
+    padded = [plan_lib.pad_prompts([prompts[b] for b in g],
+                                   plan_lib.prompt_bucket(max(len(prompts[b]) for b in g)))
+              for g in groups]
+    prompt, lens = tuple(p for p, _ in padded), np.concatenate([l for _, l in padded])
   plan_lib.check_memory(plan_lib.cache_bytes(as_decoder(target), len(prompts), plan.max_len),
                         len(prompts), plan.max_len,
                         devices=1 if mesh is None else mesh.devices.size)
@@ -89,7 +100,7 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
         mesh, target, target.params, drafter, prompt, lens, axes=PARAM_AXES)
     decoder = decoder.replace(params=target_params, cfg=parallel.mesh_config(decoder.cfg, mesh))
   else:
-    prompt, lens = jnp.asarray(prompt), jnp.asarray(lens)
+    prompt, lens = jax.tree.map(jnp.asarray, prompt), jnp.asarray(lens)
   # max_new_tokens and the sampling numbers are traced: one program serves all their values
   args = (decoder, drafter, prompt, lens, jnp.asarray(max_new_tokens, jnp.int32),
           jax.random.PRNGKey(seed), sampling.traced())
@@ -99,9 +110,10 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
     print(f"specjax: long prefill of {longest} tokens (bucket {plan.bucket}, cache "
           f"{plan.max_len}) starting", file=sys.stderr, flush=True)
   with parallel.mesh_context(mesh):
-    state, prefill_s, wall, built = compiled.run(args, statics, rows=prompt.shape[0] * (width + 1))
+    state, prefill_s, wall, built = compiled.run(args, statics, rows=lens.shape[0] * (width + 1))
 
-  host = lambda x: parallel.to_host(x)[:n_rows]
+  back = np.argsort(order)  # the groups' order -> the caller's
+  host = lambda x: parallel.to_host(x)[:n_rows][back]
   lens, n_tokens, tokens = host(lens), host(state.n_tokens), host(state.tokens)
   new = [tokens[b, lens[b]:n_tokens[b]].tolist() for b in range(n_rows)]
   nodes = drafter.caps.verified_nodes or (k if tree is None else tree.verified_nodes)

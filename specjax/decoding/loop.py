@@ -93,31 +93,49 @@ def classes_of(target, drafter) -> tuple:
   return types(jax.tree.structure((target, drafter)))
 
 
+def _join(parts: list):
+  """Per-group pytrees with the rows leading on every leaf -> one pytree of all rows."""
+  if len(parts) == 1:
+    return parts[0]
+  return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+
+
 @functools.partial(jax.jit, static_argnames=("eos_ids", "max_len", "target_cfg", "classes"))
-def prefill(target, drafter, prompt: jax.Array, prompt_lens: jax.Array, max_new: jax.Array,
+def prefill(target, drafter, prompt, prompt_lens: jax.Array, max_new: jax.Array,
             key: jax.Array, sampling: sampling_lib.TracedSampling, *, eos_ids: tuple,
             max_len: int, target_cfg=None, classes: tuple = ()) -> LoopState:
   """The prompt bucket in one pass, the first new token from the target, and the loop's
   initial state without its counters (`rounds` adds them: their shapes follow k and the
   tree, which the prefill does not read, so one prefill program serves every k and tree).
   Compiled apart from the rounds: its passes have many rows.
+  prompt: [B, P], or a tuple of row groups [B_g, P_g] (`plan.prefill_groups`), each
+  prefilled at its own bucket and joined on the rows (the drafter's state too: its leaves
+  have the rows leading); prompt_lens [B] in the groups' order.
   max_new and sampling's numbers are traced (one program for all their values).
   classes: `classes_of(target, drafter)`, read by jit's cache only."""
   target = _decoder(target, target_cfg)
-  b, p_len = prompt.shape
-  rows = jnp.arange(b)
+  groups = prompt if isinstance(prompt, tuple) else (prompt,)
+  b = prompt_lens.shape[0]
   key, prefill_key = jax.random.split(key)
-  hidden, cache, feats = target_pass(target, drafter.caps.feature_layers, prompt,
-                                     prefill=(prompt_lens, max_len))  # [B, P, D]
-  last = target.head(hidden[rows, prompt_lens - 1][:, None])[:, 0]  # [B, V]
+  tokens = jnp.zeros((b, max_len), jnp.int32)
+  lasts, caches, states, start = [], [], [], 0
+  for group in groups:
+    n, p_len = group.shape
+    lens = prompt_lens[start:start + n]
+    hidden, cache, feats = target_pass(target, drafter.caps.feature_layers, group,
+                                       prefill=(lens, max_len))  # [B_g, P_g, D]
+    lasts.append(hidden[jnp.arange(n), lens - 1])  # [B_g, D]
+    caches.append(cache)
+    states.append(drafter.init(target.params, group, lens, max_len, feats))
+    tokens = tokens.at[start:start + n, :p_len].set(group)
+    start += n
+  last = target.head(_join(lasts)[:, None])[:, 0]  # [B, V]
   first = sampling_lib.sample(prefill_key, sampling_lib.warp(last, sampling))
-  tokens = jnp.zeros((b, max_len), jnp.int32).at[:, :p_len].set(prompt)
-  tokens = tokens.at[rows, prompt_lens].set(first)
+  tokens = tokens.at[jnp.arange(b), prompt_lens].set(first)
   _, done = jax.vmap(lambda t: _finish(t[None], 1, 0, max_new, eos_ids))(first)
   return LoopState(
-      tokens=tokens, n_tokens=prompt_lens + 1, target_cache=cache,
-      draft_state=drafter.init(target.params, prompt, prompt_lens, max_len, feats), done=done,
-      key=key,
+      tokens=tokens, n_tokens=prompt_lens + 1, target_cache=_join(caches),
+      draft_state=_join(states), done=done, key=key,
       target_passes=jnp.ones((b,), jnp.int32), draft_passes=jnp.zeros((b,), jnp.int32),
       rounds=jnp.zeros((b,), jnp.int32), checked=None, accepted=None, path_lengths=None,
       rank_hits=None)

@@ -31,6 +31,32 @@ def prompt_bucket(n: int) -> int:
   return round_up(n, step)
 
 
+PREFILL_GROUPS_MIN_GAIN = 0.3  # a prefill is split in two row groups only where that saves this share
+
+
+def prefill_groups(lengths: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+  """The rows of a batch (indices) in the groups its prefill runs them in: one group, the
+  rows in order, unless splitting the rows (sorted by length, shortest first) in two saves
+  at least `PREFILL_GROUPS_MIN_GAIN` of the padded prompt positions (rows x bucket). Each
+  group is padded to its own longest prompt's bucket, so short rows of a batch with a few
+  long prompts are not padded to the longest (experiments/batch_step/). The split falls at a
+  multiple of an eighth of the batch, so a batch size has at most 7 split points and its
+  prefill programs stay few."""
+  n = len(lengths)
+  one = tuple(range(n))
+  order = sorted(one, key=lambda b: (lengths[b], b))
+  sizes = [prompt_bucket(lengths[b]) for b in order]  # non-decreasing
+  cost, split = n * sizes[-1], None
+  step = max(1, n // 8)
+  for s in range(step, n, step):
+    c = s * sizes[s - 1] + (n - s) * sizes[-1]
+    if c < cost:
+      cost, split = c, s
+  if split is None or cost > (1 - PREFILL_GROUPS_MIN_GAIN) * n * sizes[-1]:
+    return (one,)
+  return tuple(order[:split]), tuple(order[split:])
+
+
 def round_width(k: int, tree=None, round_slots: Optional[int] = None) -> int:
   """Draft slots one round writes after a row's last final token: k for a chain, the
   tree's slots - 1, or a drafter's own pass's (`caps.round_slots`) - 1."""

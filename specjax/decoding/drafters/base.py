@@ -78,7 +78,9 @@ class Drafter(Protocol):
 
   def init(self, target_params: Any, prompt: jax.Array, prompt_lens: jax.Array, max_len: int,
            hidden: jax.Array) -> Any:
-    """The drafter's state after the prompt [B, P] (hidden [B, P, D]: target features)."""
+    """The drafter's state after the prompt [B, P] (hidden [B, P, D]: target features).
+    Every leaf has the rows leading: the loop prefills a batch in row groups and joins
+    their states on that axis (`loop.prefill`)."""
 
   def commit(self, state: Any, n_tokens: jax.Array, hidden: jax.Array) -> Any:
     """The state once n_tokens [B] are final (hidden [B, k+1, D]: the verify pass)."""
