@@ -1,8 +1,9 @@
 """The machine's floor under a batched call: how fast could any implementation decode the
 sweep's cases on this CPU, and so what ratio over transformers is reachable at all?
 
-Measures, in one process, XLA's best dot rate (a prefill-shaped GEMM, both threads) and
-the memory bandwidth (a sum over 1 GiB), then bounds each case of a sweep's results.json
+Measures, in one process, XLA's dot rate (a prefill-shaped [4096, 576] x [576, 1536] GEMM,
+both threads) and the bandwidth of a read of every weight, with `pass_cost.floor_cases`,
+and counts FLOPs with `pass_cost.pass_flops`; then bounds each case of a sweep's results.json
 from below: the prefill at the dot rate over the prompts' real tokens (no padding), each
 decode step at max(its FLOPs at the dot rate, the weights read once at the bandwidth),
 attention left out. The bound is optimistic on purpose: a ratio it rules out is out of
@@ -12,11 +13,14 @@ reach for any code on this machine.
         --results=experiments/batch_step/groups/results.json --out=experiments/batch_step/floor.json
 """
 import json
-import time
+import os
+import sys
 
 from absl import app, flags
-import jax
-import jax.numpy as jnp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "pass_cost"))
+import pass_cost  # noqa: E402  (experiments/pass_cost/pass_cost.py: the floors and FLOP counts)
 
 _RESULTS = flags.DEFINE_string("results", "experiments/batch_step/groups/results.json",
                                "A batched sweep's results.json (scripts/benchmark.py --batch).")
@@ -24,34 +28,20 @@ _OUT = flags.DEFINE_string("out", "", "Where to write the floors as JSON (none: 
 _REPS = flags.DEFINE_integer("repeats", 5, "Timed repetitions (the fastest counts).")
 
 
-def best_seconds(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))
-  best = float("inf")
-  for _ in range(_REPS.value):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - start)
-  return best
+def machine(params) -> dict:
+  """{"dot_gflops": the GEMM's rate, "gbytes_s": the rate of reading every weight once}."""
+  cases, n_bytes, mm_flops = pass_cost.floor_cases(params, m=4096, n_cols=1536)
+  sec = pass_cost.interleaved(cases, rounds=_REPS.value, n=1)
+  return {"dot_gflops": mm_flops / sec["matmul"] / 1e9, "gbytes_s": n_bytes / sec["stream"] / 1e9}
 
 
-def machine() -> dict:
-  """{"dot_gflops": a [4096, 576] x [576, 1536] product's rate, "gbytes_s": a 1 GiB sum's}."""
-  key = jax.random.PRNGKey(0)
-  a, b = jax.random.normal(key, (4096, 576)), jax.random.normal(key, (576, 1536))
-  dot = best_seconds(jax.jit(jnp.dot), a, b)
-  x = jnp.ones((2**28,), jnp.float32)  # 1 GiB
-  read = best_seconds(jax.jit(jnp.sum), x)
-  return {"dot_gflops": 2 * 4096 * 576 * 1536 / dot / 1e9, "gbytes_s": x.nbytes / read / 1e9}
-
-
-def model_counts(cfg) -> dict:
-  """Per-token FLOPs of the blocks and of the head, and the bytes of weights a step reads
-  (float32), from the config alone."""
-  d, f, h, kv, e = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-  per_layer = d * h * e * 2 + d * kv * e * 2 + 3 * d * f  # q, o; k, v; gate, up, down
-  blocks = cfg.n_layers * per_layer
-  return {"block_flops": 2 * blocks, "head_flops": 2 * d * cfg.vocab_size,
-          "weight_bytes": 4 * (blocks + d * cfg.vocab_size)}
+def model_counts(target) -> dict:
+  """Per-token FLOPs of the blocks (attention over no context) and per-row FLOPs of the
+  head, and the bytes of weights a step reads."""
+  cfg = target.cfg
+  head = 2 * cfg.d_model * cfg.vocab_size
+  return {"block_flops": pass_cost.pass_flops(cfg, 1, 0) - head, "head_flops": head,
+          "weight_bytes": pass_cost.weight_bytes(target.params)}
 
 
 def floors(rows: list, mach: dict, counts: dict, new_tokens: int) -> list:
@@ -75,8 +65,8 @@ def main(argv):
   del argv
   import specjax
   res = json.load(open(_RESULTS.value))
-  cfg = specjax.load_model(res["config"]["target"]).cfg
-  mach, counts = machine(), model_counts(cfg)
+  target = specjax.load_model(res["config"]["target"])
+  mach, counts = machine(target.params), model_counts(target)
   table = floors(res["rows"], mach, counts, res["config"]["max_new_tokens"])
   print(f"dot {mach['dot_gflops']:.0f} GFLOP/s, read {mach['gbytes_s']:.1f} GB/s; "
         f"{counts['block_flops'] / 1e6:.0f} MFLOP per token in the blocks, "
