@@ -78,16 +78,9 @@ def generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: int, draf
   mesh = mesh if mesh is not None else getattr(target, "mesh", None)
   # Row groups of the prefill, each at its own bucket (one group on a mesh: its data axis
   # pads the whole batch); the loop runs the rows in the groups' order, undone below.
-  groups = plan_lib.prefill_groups([len(p) for p in prompts]) if mesh is None else None
-  if groups is None or len(groups) == 1:
-    order = np.arange(len(prompts))
-    prompt, lens = plan_lib.pad_prompts(prompts, plan.bucket)
-  else:
-    order = np.concatenate(groups)
-    padded = [plan_lib.pad_prompts([prompts[b] for b in g],
-                                   plan_lib.prompt_bucket(max(len(prompts[b]) for b in g)))
-              for g in groups]
-    prompt, lens = tuple(p for p, _ in padded), np.concatenate([l for _, l in padded])
+  groups = (plan_lib.prefill_groups([len(p) for p in prompts]) if mesh is None
+            else (tuple(range(len(prompts))),))
+  prompt, lens, order = plan_lib.pad_groups(prompts, groups)
   plan_lib.check_memory(plan_lib.cache_bytes(as_decoder(target), len(prompts), plan.max_len),
                         len(prompts), plan.max_len,
                         devices=1 if mesh is None else mesh.devices.size)

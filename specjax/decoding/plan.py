@@ -138,6 +138,19 @@ def check_memory(needed: int, batch: int, max_len: int, devices: int = 1,
         f"batch over a mesh.")
 
 
+def pad_groups(prompt_ids: Sequence[Sequence[int]], groups: tuple) -> tuple:
+  """Token id lists in `prefill_groups`' groups -> (prompt, lengths [B], order [B]): prompt
+  is [B, bucket] for one group (the rows in order), else a tuple of [B_g, bucket_g], each
+  group zero-padded to its own bucket; lengths and the rows follow the groups' order, and
+  order[i] is the caller's row of row i."""
+  rows = [[prompt_ids[b] for b in g] for g in groups]
+  padded = [pad_prompts(r, prompt_bucket(max(len(p) for p in r))) for r in rows]
+  if len(padded) == 1:
+    return (*padded[0], np.arange(len(prompt_ids)))
+  return (tuple(p for p, _ in padded), np.concatenate([l for _, l in padded]),
+          np.concatenate(groups))
+
+
 def cache_limit(cfg, max_cache_len: Optional[int] = None) -> int:
   """The most cache positions a call may use: the model's context or the caller's cap."""
   return cfg.max_positions if max_cache_len is None else min(cfg.max_positions, max_cache_len)

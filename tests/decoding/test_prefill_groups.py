@@ -43,15 +43,13 @@ def prefills(monkeypatch):
   return seen, lambda: monkeypatch.setattr(plan, "PREFILL_GROUPS_MIN_GAIN", 1.0)
 
 
-@pytest.mark.parametrize("draft,k,tree", [(None, 0, None), ("model", 3, None),
-                                           ("model", 2, "static:2,1")])
+@pytest.mark.parametrize("draft,k,tree", [(False, 0, None), (True, 3, None), (True, 2, "static:2,1")])
 def test_grouped_prefill_decodes_as_the_whole_batch(prefills, draft, k, tree):
   """Greedy tokens and every row's statistics equal the batch prefilled as one group, and
   the rows decoded alone (a chain; with a tree, the whole batch)."""
   seen, groups_off = prefills
   prompts = _prompts()
-  kw = {} if draft is None else dict(draft=CLOSE_DRAFT if draft == "model" else draft, k=k,
-                                      tree=tree)
+  kw = dict(draft=CLOSE_DRAFT, k=k, tree=tree) if draft else {}
   grouped = specjax.generate(TARGET, prompts, 16, **kw)
   assert isinstance(seen[-1], tuple) and [p.shape for p in seen[-1]] == [(3, 16), (3, 224)]
   groups_off()
@@ -60,7 +58,7 @@ def test_grouped_prefill_decodes_as_the_whole_batch(prefills, draft, k, tree):
   assert grouped.tokens == whole.tokens
   for b in range(len(prompts)):
     assert grouped.stats.row(b) == whole.stats.row(b)
-  if draft is not None:
+  if draft:
     s = grouped.stats
     assert (s.accepted.sum(1) > 0).all() and (s.checked > s.accepted).any()  # partial acceptance
   for b in (0, 1) if tree is None else ():  # a short row and a long one, alone
