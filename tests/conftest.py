@@ -189,13 +189,37 @@ def tiny_qwen2_dir(tmp_path_factory, tiny_tokenizer_dir):
   return save_tiny(tmp_path_factory, tiny_tokenizer_dir, "tiny_qwen2", cfg, seed=4)
 
 
+# Seconds jax spent building programs in this process, by stage (jax.monitoring's duration
+# events; a program loaded from a persistent cache still traces and lowers).
+_COMPILE_STAGES = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+                   "/jax/core/compile/backend_compile_duration": "compile"}
+_COMPILE_SECONDS = dict.fromkeys(_COMPILE_STAGES.values(), 0.0)
+_COMPILE_COUNT = [0]
+
+
+def _on_duration(event: str, duration: float, **_) -> None:
+  stage = _COMPILE_STAGES.get(event)
+  if stage:
+    _COMPILE_SECONDS[stage] += duration
+    _COMPILE_COUNT[0] += stage == "compile"
+
+
+def pytest_configure(config):
+  import jax
+  jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
 def pytest_terminal_summary(terminalreporter):
   """The process's CPU seconds (its own and its finished subprocesses'), which a loaded
-  machine stretches less than wall time; `tests/run_files.py` reports it per file."""
+  machine stretches less than wall time; `tests/run_files.py` reports it per file. Then
+  what jax spent building this process's programs (subprocesses not included)."""
   import resource
   used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
              for f in ("ru_utime", "ru_stime"))
   terminalreporter.write_line(f"cpu {used:.0f} s")
+  terminalreporter.write_line(
+      f"jax programs {_COMPILE_COUNT[0]}: " + ", ".join(f"{k} {v:.1f} s" for k, v in _COMPILE_SECONDS.items()))
 
 
 def pytest_collection_finish(session):
