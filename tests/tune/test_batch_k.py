@@ -118,31 +118,50 @@ def test_store_keyed_by_machine_model_and_batch_bucket(tmp_path, monkeypatch):
   sampling = specjax.sampling.SamplingParams()
   choose = lambda b, model=target: auto_k.choose_k(model, drafter, [[1, 2, 3]] * b, 32,
                                                     sampling, run, log=False)
-  first = choose(3)
+  first = choose(4)
   ks = loop_costs.K_PROBES
   # measured once: the acceptance run at max(ks), each program warmed for 2 tokens, then
   # REPEATS round-robins over the target alone and the ks
   probes = [(k, 2) for k in (0, *ks)] + [(k, loop_costs.COST_TOKENS) for k in (0, *ks)] * loop_costs.REPEATS
-  assert calls[0] == (3, auto_k.CALIBRATION_TOKENS, max(ks))
+  assert calls[0] == (4, auto_k.CALIBRATION_TOKENS, max(ks))
   assert [c[2:0:-1] for c in calls[1:]] == probes
   assert first["calibration_s"] > 0 and first["costs"]["0"]["round_s"] == pytest.approx(1e-3)
   assert first["costs"]["2"]["round_s"] == pytest.approx(1.5e-3)
   n = len(calls)
-  again = choose(4)  # batch 4: the same bucket as 3 -> nothing measured
+  again = choose(3)  # batch 3: the same bucket as 4 -> nothing measured
   assert len(calls) == n and again["calibration_s"] == 0.0
   assert again["costs"] == first["costs"] and again["k"] == first["k"] > 0
   choose(5)  # bucket 8: the loop's costs are measured there (acceptance is kept)
   assert [c[2:0:-1] for c in calls[n:]] == probes
   n = len(calls)
   other = types.SimpleNamespace(**{**vars(target), "name": "other-model"})
-  choose(3, other)  # another model: measured again, acceptance included
+  choose(4, other)  # another model: measured again, acceptance included
   assert calls[n][2] == max(ks) and len(calls) > n + 1
   n = len(calls)
   store.machine.cache_clear()
   monkeypatch.setattr(store.platform, "node", lambda: "another-host")
-  choose(3)  # another machine: measured again
+  choose(4)  # another machine: measured again
   assert len(calls) > n
   store.machine.cache_clear()
+
+
+def test_acceptance_measured_on_calls_until_enough_rows(tmp_path, monkeypatch):
+  """At batch 1 each call measures the drafter's acceptance on its own prompt until the
+  store holds `MIN_CALIBRATION_ROWS` rows, then no more; the loop's costs are measured
+  once. A stored one-row acceptance stood for every later prompt before."""
+  monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
+  target, drafter, run, calls = _stub_world(batch_rounds=8)
+  sampling = specjax.sampling.SamplingParams()
+  acceptance_runs = lambda: sum(c[1:] == (auto_k.CALIBRATION_TOKENS, max(loop_costs.K_PROBES))
+                                for c in calls)
+  spent = []
+  for i in range(auto_k.MIN_CALIBRATION_ROWS + 2):
+    choice = auto_k.choose_k(target, drafter, [[1, 2, 3 + i]], 32, sampling, run, log=False)
+    spent.append(choice["calibration_s"] > 0)
+    counts = store.get("acceptance", choice["acceptance_key"])
+    assert len(counts["checked"]) == min(i + 1, auto_k.MIN_CALIBRATION_ROWS)
+  assert acceptance_runs() == auto_k.MIN_CALIBRATION_ROWS
+  assert spent == [True] * auto_k.MIN_CALIBRATION_ROWS + [False, False]
 
 
 def test_k_auto_reuses_stored_costs_and_runs_the_target_alone_where_no_k_pays(
@@ -153,6 +172,7 @@ def test_k_auto_reuses_stored_costs_and_runs_the_target_alone_where_no_k_pays(
   monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
   monkeypatch.setattr(loop_costs, "K_PROBES", (2,))  # two programs: alone and k = 2
   monkeypatch.setattr(loop_costs, "REPEATS", 1)
+  monkeypatch.setattr(auto_k, "MIN_CALIBRATION_ROWS", 2)  # the first call's rows suffice
   target = tiny("llama", seed=0)
   draft = perturbed(target, 0.1)
   prompts = random_prompts(2, target.cfg.vocab_size, seed=6)
