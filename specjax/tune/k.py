@@ -34,11 +34,19 @@ from specjax.tune import costs, loop_costs, store
 K_MAX = 8  # the deepest chain the pass-cost tables cover (tree="auto")
 CALIBRATION_TOKENS = 32  # new tokens of the acceptance calibration run
 # Calls measure the drafter's acceptance on their own prompts until the store holds this
-# many rows: at batch 1 one prompt's acceptance stood for every later prompt, and once it
-# chose the target alone nothing corrected it (`record` learns only from speculative runs);
-# one evaluation prompt's first-draft acceptance of 0.17 against 0.49 over four had the
-# tuner predict 0.88x for a k that ran at 1.14x (experiments/batch/).
+# many rows, or the call's batch size if larger (`calibration_rows`): at batch 1 one
+# prompt's acceptance stood for every later prompt, and once it chose the target alone
+# nothing corrected it (`record` learns only from speculative runs); one evaluation
+# prompt's first-draft acceptance of 0.17 against 0.49 over four had the tuner predict
+# 0.88x for a k that ran at 1.14x. A batch's rounds are its slowest row's, and the slowest
+# of B rows drawn from fewer calibration rows is too fast: 26.5 rounds predicted at batch 16
+# from 10 rows, 29 measured (experiments/batch/).
 MIN_CALIBRATION_ROWS = 4
+
+
+def calibration_rows(batch: int) -> int:
+  """The rows of measured acceptance a call at `batch` rows wants in the store."""
+  return min(max(MIN_CALIBRATION_ROWS, int(batch)), accept_lib.MAX_ROWS)
 MIN_GAIN = 1.05  # a k pays when its predicted speedup reaches this (the margin covers
 # the prediction's error: experiments/batch/)
 
@@ -150,7 +158,7 @@ def choose_k(target, drafter, prompts: list, max_new_tokens: int, sampling, run,
   run(prompts, max_new_tokens, k) -> SpecStats: the caller's generation (k = 0: the target
   alone). Two things are measured once per machine and kept in the cost store, never per
   call: the drafter's per-row acceptance at k = max(K_PROBES) (`CALIBRATION_TOKENS` on the
-  first callers' prompts, until `MIN_CALIBRATION_ROWS` rows are in; keyed by target,
+  first callers' prompts, until `calibration_rows` rows are in; keyed by target,
   drafter and sampling) and the loop's costs at
   this batch bucket and prompt class (`loop_costs`). Returns `choose`'s fields and
   "acceptance" (pooled, by position), "rounds" ({k: expected iterations}), "costs",
@@ -167,7 +175,7 @@ def choose_k(target, drafter, prompts: list, max_new_tokens: int, sampling, run,
 
   accept_key = store.key("acceptance", *model, ident, sampling)
   counts = store.get("acceptance", accept_key)
-  if counts is None or len(counts["checked"]) < MIN_CALIBRATION_ROWS:
+  if counts is None or len(counts["checked"]) < calibration_rows(len(prompts)):
     counts = calibrate() if counts is None else accept_lib.merged(counts, calibrate())
     store.put("acceptance", accept_key, counts)
   longest = max(len(p) for p in prompts)

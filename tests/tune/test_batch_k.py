@@ -131,8 +131,10 @@ def test_store_keyed_by_machine_model_and_batch_bucket(tmp_path, monkeypatch):
   again = choose(3)  # batch 3: the same bucket as 4 -> nothing measured
   assert len(calls) == n and again["calibration_s"] == 0.0
   assert again["costs"] == first["costs"] and again["k"] == first["k"] > 0
-  choose(5)  # bucket 8: the loop's costs are measured there (acceptance is kept)
-  assert [c[2:0:-1] for c in calls[n:]] == probes
+  choose(5)  # bucket 8: the loop's costs are measured there, and 5 rows > 4 stored:
+  # the acceptance of these rows joins the store first
+  assert calls[n] == (5, auto_k.CALIBRATION_TOKENS, max(ks))
+  assert [c[2:0:-1] for c in calls[n + 1:]] == probes
   n = len(calls)
   other = types.SimpleNamespace(**{**vars(target), "name": "other-model"})
   choose(4, other)  # another model: measured again, acceptance included
@@ -162,6 +164,13 @@ def test_acceptance_measured_on_calls_until_enough_rows(tmp_path, monkeypatch):
     assert len(counts["checked"]) == min(i + 1, auto_k.MIN_CALIBRATION_ROWS)
   assert acceptance_runs() == auto_k.MIN_CALIBRATION_ROWS
   assert spent == [True] * auto_k.MIN_CALIBRATION_ROWS + [False, False]
+  # a larger batch than the store's rows: its own rows are measured once, then read
+  rows = auto_k.MIN_CALIBRATION_ROWS
+  for _ in range(2):
+    choice = auto_k.choose_k(target, drafter, [[1, 2, 3]] * 6, 32, sampling, run, log=False)
+    assert len(store.get("acceptance", choice["acceptance_key"])["checked"]) == rows + 6
+  assert acceptance_runs() == auto_k.MIN_CALIBRATION_ROWS + 1
+  assert auto_k.calibration_rows(10_000) == acceptance.MAX_ROWS
 
 
 def test_k_auto_reuses_stored_costs_and_runs_the_target_alone_where_no_k_pays(
