@@ -42,13 +42,13 @@ CALIBRATION_TOKENS = 32  # new tokens of the acceptance calibration run
 # of B rows drawn from fewer calibration rows is too fast: 26.5 rounds predicted at batch 16
 # from 10 rows, 29 measured (experiments/batch/).
 MIN_CALIBRATION_ROWS = 4
+MIN_GAIN = 1.05  # a k pays when its predicted speedup reaches this (the margin covers
+# the prediction's error: experiments/batch/)
 
 
 def calibration_rows(batch: int) -> int:
   """The rows of measured acceptance a call at `batch` rows wants in the store."""
   return min(max(MIN_CALIBRATION_ROWS, int(batch)), accept_lib.MAX_ROWS)
-MIN_GAIN = 1.05  # a k pays when its predicted speedup reaches this (the margin covers
-# the prediction's error: experiments/batch/)
 
 
 def tokens_per_pass(acceptance: Sequence[float], k: int) -> float:

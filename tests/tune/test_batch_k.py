@@ -164,6 +164,8 @@ def test_acceptance_measured_on_calls_until_enough_rows(tmp_path, monkeypatch):
     assert len(counts["checked"]) == min(i + 1, auto_k.MIN_CALIBRATION_ROWS)
   assert acceptance_runs() == auto_k.MIN_CALIBRATION_ROWS
   assert spent == [True] * auto_k.MIN_CALIBRATION_ROWS + [False, False]
+  timed_alone = [c for c in calls if c == (1, loop_costs.COST_TOKENS, 0)]
+  assert len(timed_alone) == loop_costs.REPEATS  # the loop's costs: measured by the first call only
   # a larger batch than the store's rows: its own rows are measured once, then read
   rows = auto_k.MIN_CALIBRATION_ROWS
   for _ in range(2):
