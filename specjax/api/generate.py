@@ -55,8 +55,9 @@ def generate(target, prompts: Union[str, Sequence], max_new_tokens: int, draft: 
   a list of either (rows may differ in length). chat: apply the chat template.
   draft: None, a spec string (`specjax.api.draft_spec`), a loaded model or a drafter.
   k: tokens drafted per round (a tree's depth), or "auto": chosen for this batch size and
-  these prompts from the loop's costs at this batch and the drafter's acceptance, both
-  measured once per machine and kept (`specjax.tune.k`); the target alone (k = 0) where no
+  these prompts from the loop's costs at this batch (measured once per machine) and the
+  drafter's acceptance (measured on the first calls' prompts until enough rows are kept:
+  `specjax.tune.k`); the target alone (k = 0) where no
   k pays. The choice, its note and predicted speedup are returned in `k_choice`.
   tree: None (a chain), "static:4,2,2,1", "dynamic:N", a `TreeSpec`, or "auto" (the
   fastest measured static tree of depth at most k, chains included: `specjax.tune.tree`).

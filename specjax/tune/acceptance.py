@@ -1,4 +1,5 @@
-"""Per-row acceptance of a drafter, measured once and kept, and the rounds a batch needs.
+"""Per-row acceptance of a drafter, measured until enough rows are kept, and the rounds a
+batch needs.
 
 Axes: R calibration rows, k draft positions, S simulated batches, B batch rows, M rounds.
 

@@ -11,8 +11,10 @@ from the loop's own costs at this batch (prefill P, seconds per loop iteration s
 timed inside the compiled loop: `specjax.tune.loop_costs`) and the iterations I_k a batch
 of B rows needs (its slowest row: `specjax.tune.acceptance`, from the drafter's per-row
 acceptance). It takes the best k, or the target alone (k = 0) when no k reaches
-`MIN_GAIN`, and says which. Both measurements are made once per machine and kept in the
-cost store (`specjax.tune.store`); later calls and processes read them.
+`MIN_GAIN`, and says which. Both are kept in the cost store (`specjax.tune.store`): the
+loop's costs are measured once per machine and batch bucket, the acceptance on the first
+calls' own prompts until `calibration_rows` rows are stored; later calls and processes
+read them.
 
 The pass-cost model below (c(T) of isolated passes, `pass_costs`, `draft_step_cost`,
 `expected_speedups`) is what tree="auto" ranks trees with (`specjax.tune.tree`):
@@ -156,11 +158,10 @@ def choose_k(target, drafter, prompts: list, max_new_tokens: int, sampling, run,
   """k for this batch and these prompts, or 0 (the target alone) when no k pays.
 
   run(prompts, max_new_tokens, k) -> SpecStats: the caller's generation (k = 0: the target
-  alone). Two things are measured once per machine and kept in the cost store, never per
-  call: the drafter's per-row acceptance at k = max(K_PROBES) (`CALIBRATION_TOKENS` on the
-  first callers' prompts, until `calibration_rows` rows are in; keyed by target,
-  drafter and sampling) and the loop's costs at
-  this batch bucket and prompt class (`loop_costs`). Returns `choose`'s fields and
+  alone). Two things are measured and kept in the cost store: the drafter's per-row
+  acceptance at k = max(K_PROBES) (`CALIBRATION_TOKENS` on the first callers' prompts,
+  until `calibration_rows` rows are in; keyed by target, drafter and sampling) and, once,
+  the loop's costs at this batch bucket and prompt class (`loop_costs`). Returns `choose`'s fields and
   "acceptance" (pooled, by position), "rounds" ({k: expected iterations}), "costs",
   "calibration_s" (seconds this call spent measuring: 0 when both were stored)."""
   start, measured = time.perf_counter(), []
